@@ -1,0 +1,275 @@
+"""Metrics as functions of the per-request frame (and the time-series frame), units declared once.
+
+A request *completed* when it has no error and a finite finish time; everything else *failed*.
+Failed requests count in `n_requests`, `failed` and against SLO attainment, never in latency
+statistics. Percentiles use numpy's linear interpolation (the convention of `vllm bench serve`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Metric:
+    unit: str
+    display: str  # how reports print it
+    doc: str
+
+
+# The metric table: one entry per summary metric, so units and display names live in one place.
+METRICS: dict[str, Metric] = {
+    "n_requests": Metric("requests", "requests", "requests offered"),
+    "completed": Metric("requests", "requests", "requests with no error and a finish time"),
+    "failed": Metric("requests", "requests", "n_requests - completed"),
+    "throughput_rps": Metric("req/s", "req/s", "completed / duration_s"),
+    "output_tokens_per_s": Metric("tok/s", "tok/s", "output tokens of completed requests / duration_s"),
+    "total_tokens_per_s": Metric("tok/s", "tok/s", "input + output tokens of completed requests / duration_s"),
+    "steady_throughput_rps": Metric("req/s", "req/s", "completions per second inside the steady window"),
+    "steady_window_s": Metric("s", "s", "length of the steady window (0: too short, whole-run throughput used)"),
+    "ttft_mean_s": Metric("s", "s", "mean time to first token"),
+    "ttft_p50_s": Metric("s", "s", "median TTFT"),
+    "ttft_p90_s": Metric("s", "s", "90th percentile TTFT"),
+    "ttft_p99_s": Metric("s", "s", "99th percentile TTFT"),
+    "tpot_mean_s": Metric("s", "ms", "mean time per output token after the first"),
+    "tpot_p50_s": Metric("s", "ms", "median TPOT"),
+    "tpot_p90_s": Metric("s", "ms", "90th percentile TPOT"),
+    "tpot_p99_s": Metric("s", "ms", "99th percentile TPOT"),
+    "e2e_mean_s": Metric("s", "s", "mean end-to-end latency"),
+    "e2e_p50_s": Metric("s", "s", "median end-to-end latency"),
+    "e2e_p90_s": Metric("s", "s", "90th percentile end-to-end latency"),
+    "e2e_p99_s": Metric("s", "s", "99th percentile end-to-end latency"),
+    "slo_attainment": Metric("fraction", "%", "share of all requests meeting both the TTFT and TPOT SLO"),
+    "goodput_rps": Metric("req/s", "req/s", "completed requests meeting the SLO / duration_s"),
+    "egress_gbps_mean": Metric("Gbps", "Gbps", "mean cross-DC egress over the run span"),
+    "egress_gbps_p99": Metric("Gbps", "Gbps", "99th percentile of per-bin egress over the run span"),
+    "steady_egress_gbps_mean": Metric("Gbps", "Gbps", "mean cross-DC egress inside the steady window"),
+    "link_util_mean": Metric("fraction", "%", "mean of egress / link capacity per bin"),
+    "link_util_p99": Metric("fraction", "%", "99th percentile of egress / link capacity per bin"),
+    "offload_fraction": Metric("fraction", "%", "share of routed requests prefilled on the PrfaaS cluster"),
+    "cache_hit_token_frac": Metric("fraction", "%", "sum cached_tokens / sum input_tokens"),
+    "kv_bytes_prfaas_total": Metric("bytes", "GB", "KV bytes moved cross-DC (route prfaas)"),
+    "arrival_rps": Metric("req/s", "req/s", "measured arrival rate: (n - 1) / arrival span"),
+    "duration_s": Metric("s", "s", "last finish - first arrival, in the deployment's clock"),
+    "lateness_mean_s": Metric("s", "ms", "load generator: mean of sent - scheduled"),
+    "lateness_p99_s": Metric("s", "ms", "load generator: P99 of sent - scheduled"),
+    "lateness_max_s": Metric("s", "ms", "load generator: max of sent - scheduled"),
+    "capacity_rps": Metric("req/s", "req/s", "max steady throughput over a deployment's load sweep"),
+}
+
+# Relative slack when comparing a latency with its SLO: a TPOT equal to the SLO up to float rounding
+# (a decode step time set exactly to the SLO) is a hit, not a miss.
+_SLO_RTOL = 1e-9
+
+
+def _values(df: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in df.columns:
+        return np.full(len(df), np.nan)
+    return df[column].to_numpy(dtype=float, na_value=np.nan)
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    return values[np.isfinite(values)]
+
+
+def mean(values: np.ndarray) -> float:
+    """Mean of the finite values; NaN (no warning) when there are none."""
+    v = _finite(np.asarray(values, dtype=float))
+    return float(v.mean()) if v.size else float("nan")
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    """Linear-interpolated percentile (0..100) of the finite values; NaN when there are none."""
+    v = _finite(np.asarray(values, dtype=float))
+    return float(np.percentile(v, q)) if v.size else float("nan")
+
+
+def completed_mask(df: pd.DataFrame) -> np.ndarray:
+    """True for requests that completed: no error (null or '') and a finite finish time."""
+    if "error" in df.columns:
+        err = df["error"]
+        no_error = (err.isna() | (err.astype("string").fillna("") == "")).to_numpy(dtype=bool)
+    else:
+        no_error = np.ones(len(df), dtype=bool)
+    finish = _values(df, "finish_s")
+    if "finish_s" not in df.columns:  # frames that carry only latencies: e2e stands in for finish
+        finish = _values(df, "e2e_s")
+    return no_error & np.isfinite(finish)
+
+
+def n_completed(df: pd.DataFrame) -> int:
+    return int(completed_mask(df).sum())
+
+
+def duration_s(df: pd.DataFrame) -> float:
+    """Run span: last finish of a completed request - first arrival (NaN with no completion)."""
+    done = completed_mask(df)
+    if not done.any() or len(df) == 0:
+        return float("nan")
+    return float(_values(df, "finish_s")[done].max() - _values(df, "arrival_s").min())
+
+
+def arrival_rps(df: pd.DataFrame) -> float:
+    """Measured arrival rate, (n - 1) / (last - first arrival): the load actually offered."""
+    arr = _finite(_values(df, "arrival_s"))
+    span = arr.max() - arr.min() if arr.size else 0.0
+    return float((arr.size - 1) / span) if span > 0 else float("nan")
+
+
+def throughput_rps(df: pd.DataFrame) -> float:
+    """Completed requests per second over the run span (vLLM's request_throughput)."""
+    d = duration_s(df)
+    return n_completed(df) / d if d > 0 else float("nan")
+
+
+def output_tokens_per_s(df: pd.DataFrame) -> float:
+    d = duration_s(df)
+    out = _values(df, "output_tokens")[completed_mask(df)]
+    return float(out.sum() / d) if d > 0 else float("nan")
+
+
+def total_tokens_per_s(df: pd.DataFrame) -> float:
+    d = duration_s(df)
+    done = completed_mask(df)
+    total = _values(df, "output_tokens")[done].sum() + _values(df, "input_tokens")[done].sum()
+    return float(total / d) if d > 0 else float("nan")
+
+
+def steady_window(df: pd.DataFrame, warmup_fraction: float) -> tuple[float, float]:
+    """(start_s, end_s) of the steady window on the run clock.
+
+    It spans the arrivals after the first `warmup_fraction` of the arrival span, up to the last
+    arrival (after which the system only drains). It also starts no earlier than the first
+    completion, so a short warm-up never counts the pipeline-fill interval (no request can finish
+    before one prefill plus its whole decode) as zero throughput.
+    """
+    arr = _finite(_values(df, "arrival_s"))
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    first, last = float(arr.min()), float(arr.max())
+    start = first + warmup_fraction * (last - first)
+    finish = _finite(_values(df, "finish_s")[completed_mask(df)])
+    if finish.size:
+        start = max(start, float(finish.min()))
+    return start, last
+
+
+def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float) -> float:
+    """Completions per second inside the steady window: the offered rate under light load, the
+    capacity under overload. Falls back to `throughput_rps` when the window is empty."""
+    start, end = steady_window(df, warmup_fraction)
+    if not end > start:
+        return throughput_rps(df)
+    finish = _values(df, "finish_s")[completed_mask(df)]
+    inside = (finish >= start) & (finish <= end)
+    return float(inside.sum() / (end - start))
+
+
+def latency(df: pd.DataFrame, column: str, stat: str) -> float:
+    """`stat` ('mean' or 'pNN') of a latency column over completed requests."""
+    values = _values(df, column)[completed_mask(df)]
+    if stat == "mean":
+        return mean(values)
+    return percentile(values, float(stat.removeprefix("p")))
+
+
+def ttft(df: pd.DataFrame, stat: str = "mean") -> float:
+    return latency(df, "ttft_s", stat)
+
+
+def tpot(df: pd.DataFrame, stat: str = "mean") -> float:
+    return latency(df, "tpot_s", stat)
+
+
+def e2e(df: pd.DataFrame, stat: str = "mean") -> float:
+    return latency(df, "e2e_s", stat)
+
+
+def slo_met_mask(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
+    """Completed requests meeting both SLOs. A request with one output token has no TPOT: it only
+    needs the TTFT SLO."""
+    ttft_s = _values(df, "ttft_s")
+    tpot_s = _values(df, "tpot_s")
+    ttft_ok = ttft_s <= ttft_slo_s * (1 + _SLO_RTOL)
+    tpot_ok = np.isnan(tpot_s) | (tpot_s <= tpot_slo_s * (1 + _SLO_RTOL))
+    return completed_mask(df) & ttft_ok & tpot_ok
+
+
+def slo_attainment(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
+    """Share of all requests (failed ones count as misses) meeting both SLOs."""
+    return float(slo_met_mask(df, ttft_slo_s, tpot_slo_s).mean()) if len(df) else float("nan")
+
+
+def goodput_rps(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
+    """Completed requests meeting both SLOs per second of run span."""
+    d = duration_s(df)
+    return float(slo_met_mask(df, ttft_slo_s, tpot_slo_s).sum() / d) if d > 0 else float("nan")
+
+
+def offload_fraction(df: pd.DataFrame) -> float:
+    """Share of routed requests (route non-empty) that went to the PrfaaS cluster."""
+    if "route" not in df.columns:
+        return float("nan")
+    route = df["route"].astype("string").fillna("")
+    routed = route != ""
+    return float((route[routed] == "prfaas").mean()) if routed.any() else float("nan")
+
+
+def cache_hit_token_frac(df: pd.DataFrame) -> float:
+    """Prefix-cache token hit rate: sum cached_tokens / sum input_tokens over all requests."""
+    total = np.nansum(_values(df, "input_tokens"))
+    return float(np.nansum(_values(df, "cached_tokens")) / total) if total > 0 else float("nan")
+
+
+def kv_bytes_prfaas_total(df: pd.DataFrame) -> float:
+    if "route" not in df.columns:
+        return 0.0
+    remote = (df["route"].astype("string").fillna("") == "prfaas").to_numpy(dtype=bool)
+    return float(np.nansum(_values(df, "kv_bytes_sent")[remote]))
+
+
+def lateness(df: pd.DataFrame, stat: str) -> float:
+    """Load-generator lateness (sent - scheduled) statistic; NaN when the run has no such column."""
+    values = _values(df, "lateness_s")
+    if stat == "max":
+        v = _finite(values)
+        return float(v.max()) if v.size else float("nan")
+    return mean(values) if stat == "mean" else percentile(values, float(stat.removeprefix("p")))
+
+
+def _in_window(ts: pd.DataFrame, start_s: float, end_s: float) -> pd.DataFrame:
+    if ts is None or len(ts) == 0 or np.isnan(start_s) or np.isnan(end_s):
+        return ts.iloc[0:0] if ts is not None else pd.DataFrame()
+    t = _values(ts, "t_s")
+    return ts[(t >= start_s) & (t <= end_s)]
+
+
+def egress_gbps(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: float = np.inf) -> float:
+    """Egress statistic ('mean' or 'pNN') over the time bins whose start lies in [start_s, end_s]."""
+    values = _values(_in_window(ts, start_s, end_s), "egress_gbps")
+    return mean(values) if stat == "mean" else percentile(values, float(stat.removeprefix("p")))
+
+
+def link_util(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: float = np.inf) -> float:
+    """Per-bin egress / capacity (capacity may change over the run), then 'mean' or 'pNN'."""
+    win = _in_window(ts, start_s, end_s)
+    cap = _values(win, "link_capacity_gbps")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = np.where(cap > 0, _values(win, "egress_gbps") / cap, np.nan)
+    return mean(util) if stat == "mean" else percentile(util, float(stat.removeprefix("p")))
+
+
+def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = np.inf, prefix: str = "") -> dict[str, float]:
+    """Mean of every `util_*` column of the time series: `{prefix}util_decode_mean`, ..."""
+    win = _in_window(ts, start_s, end_s)
+    cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]
+    return {f"{prefix}{c}_mean": mean(_values(win, c)) for c in cols}
+
+
+def capacity_rps(report: pd.DataFrame, deployment: str) -> float:
+    """Capacity of one deployment: its highest steady throughput over the runs of a load sweep."""
+    v = _finite(_values(report[report["deployment"] == deployment], "steady_throughput_rps"))
+    return float(v.max()) if v.size else float("nan")

@@ -1,0 +1,198 @@
+"""One run's summary row, and the run directory's files: requests, timeseries, summary (.parquet/.json).
+
+`summary.json` repeats the summary under `vllm bench serve`'s key names (request_throughput,
+mean_ttft_ms, ...) so a user can set the harness's numbers beside the ones they already have.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import metrics as m
+from harness.analysis.frames import requests_frame, timeseries_frame, write_parquet
+from harness.analysis.schema import AnalysisConfig
+
+# Keys every summary carries first, in this order (design.md's run-directory contract).
+CORE_KEYS = (
+    "deployment", "mode", "n_requests", "completed", "failed", "throughput_rps", "output_tokens_per_s",
+    "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s", "egress_gbps_mean",
+    "egress_gbps_p99", "offload_fraction", "threshold_tokens", "n_prfaas", "n_prefill", "n_decode",
+    "slo_attainment", "goodput_rps", "offered_rps", "duration_s",
+)
+# Run metadata copied into the summary when present.
+META_KEYS = ("deployment", "mode", "offered_rps", "threshold_tokens", "n_prfaas", "n_prefill", "n_decode",
+             "workload", "model", "link_capacity_gbps", "seed")
+
+_SCHEMA_DEFAULTS = AnalysisConfig()
+
+
+def cfg_value(cfg: Any, dotted: str) -> Any:
+    """Read `a.b` from a DictConfig, dict or dataclass config; the schema default when absent."""
+    for source in (cfg, _SCHEMA_DEFAULTS):
+        node = source
+        for part in dotted.split("."):
+            node = None if node is None else node.get(part) if isinstance(node, Mapping) else getattr(node, part, None)
+        if node is not None:
+            return node
+    raise KeyError(dotted)
+
+
+def flatten(meta: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested metadata -> flat scalar keys (`plan.lambda_max_rps` -> `plan_lambda_max_rps`)."""
+    flat: dict[str, Any] = {}
+    for key, value in meta.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}_"))
+        elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+            flat[name] = json.dumps(list(value), default=str)
+        elif isinstance(value, np.generic):
+            flat[name] = value.item()
+        else:
+            flat[name] = value
+    return flat
+
+
+def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, meta: Mapping[str, Any],
+              analysis_cfg: Any = None) -> dict[str, Any]:
+    """The summary of one run: counts, throughputs, latency percentiles, SLO, egress, offload, cache."""
+    df = requests_df
+    ts = timeseries_df if timeseries_df is not None else pd.DataFrame()
+    ttft_slo_s, tpot_slo_s = float(cfg_value(analysis_cfg, "slo.ttft_s")), float(cfg_value(analysis_cfg, "slo.tpot_s"))
+    warmup = float(cfg_value(analysis_cfg, "warmup_fraction"))
+    start_s, end_s = m.steady_window(df, warmup)
+    n, done = len(df), m.n_completed(df)
+    deployments = df["deployment"].dropna().unique() if "deployment" in df.columns else []
+
+    s: dict[str, Any] = {
+        "deployment": meta.get("deployment", deployments[0] if len(deployments) else None),
+        "mode": meta.get("mode"),
+        "n_requests": n,
+        "completed": done,
+        "failed": n - done,
+        "throughput_rps": m.throughput_rps(df),
+        "output_tokens_per_s": m.output_tokens_per_s(df),
+        "total_tokens_per_s": m.total_tokens_per_s(df),
+        "steady_throughput_rps": m.steady_throughput_rps(df, warmup),
+        "steady_window_s": max(0.0, end_s - start_s) if math.isfinite(end_s - start_s) else 0.0,
+    }
+    for column, short in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):
+        for stat in ("mean", "p50", "p90", "p99"):
+            s[f"{short}_{stat}_s"] = m.latency(df, column, stat)
+    s.update({
+        "slo_ttft_s": ttft_slo_s,
+        "slo_tpot_s": tpot_slo_s,
+        "slo_attainment": m.slo_attainment(df, ttft_slo_s, tpot_slo_s),
+        "goodput_rps": m.goodput_rps(df, ttft_slo_s, tpot_slo_s),
+        "egress_gbps_mean": m.egress_gbps(ts, "mean"),
+        "egress_gbps_p99": m.egress_gbps(ts, "p99"),
+        "steady_egress_gbps_mean": m.egress_gbps(ts, "mean", start_s, end_s),
+        "link_util_mean": m.link_util(ts, "mean"),
+        "link_util_p99": m.link_util(ts, "p99"),
+        "offload_fraction": m.offload_fraction(df),
+        "cache_hit_token_frac": m.cache_hit_token_frac(df),
+        "kv_bytes_prfaas_total": m.kv_bytes_prfaas_total(df),
+        "arrival_rps": m.arrival_rps(df),
+        "duration_s": m.duration_s(df),
+    })
+    s.update(m.stage_util_means(ts))
+    s.update(m.stage_util_means(ts, start_s, end_s, prefix="steady_"))
+    if "lateness_s" in df.columns:
+        for stat in ("mean", "p99", "max"):
+            s[f"lateness_{stat}_s"] = m.lateness(df, stat)
+    flat_meta = flatten(meta)
+    for key in META_KEYS:
+        if key not in ("deployment", "mode"):
+            s[key] = flat_meta.get(key, float("nan"))
+    if not _finite(s.get("link_capacity_gbps")) and "link_capacity_gbps" in ts.columns:
+        s["link_capacity_gbps"] = m.mean(ts["link_capacity_gbps"].to_numpy(dtype=float, na_value=np.nan))
+    for key, value in flat_meta.items():
+        s.setdefault(key, value)
+    ordered = {k: s.get(k, float("nan")) for k in CORE_KEYS}
+    ordered.update({k: v for k, v in s.items() if k not in ordered})
+    return {k: _plain(v) for k, v in ordered.items()}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python scalars; None for numeric meta stays None (JSON null)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame) -> dict[str, Any]:
+    """The summary under `vllm bench serve`'s result keys (milliseconds for latencies)."""
+    done = m.completed_mask(requests_df)
+
+    def ms(column: str) -> dict[str, float]:
+        v = requests_df[column].to_numpy(dtype=float, na_value=np.nan)[done] if column in requests_df else np.array([])
+        v = v[np.isfinite(v)] * 1e3
+        nan = float("nan")
+        return {"mean": float(v.mean()) if v.size else nan, "median": float(np.median(v)) if v.size else nan,
+                "std": float(v.std()) if v.size else nan, "p90": float(np.percentile(v, 90)) if v.size else nan,
+                "p99": float(np.percentile(v, 99)) if v.size else nan}
+
+    tokens = lambda c: int(requests_df[c].to_numpy(dtype=float, na_value=0.0)[done].sum()) if c in requests_df else 0  # noqa: E731
+    out: dict[str, Any] = {
+        "num_prompts": summary["n_requests"],
+        "request_rate": summary.get("offered_rps"),
+        "duration": summary["duration_s"],
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "total_input_tokens": tokens("input_tokens"),
+        "total_output_tokens": tokens("output_tokens"),
+        "request_throughput": summary["throughput_rps"],
+        "request_goodput": summary["goodput_rps"],
+        "output_throughput": summary["output_tokens_per_s"],
+        "total_token_throughput": summary["total_tokens_per_s"],
+    }
+    for column, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2el")):
+        for stat, value in ms(column).items():
+            out[f"{stat}_{name}_ms"] = value
+    return out
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Atomic JSON write; NaN/inf become null (strict JSON readers reject NaN)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({k: _json_safe(v) for k, v in obj.items()}, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_run(run_dir: str | os.PathLike[str], requests_df: pd.DataFrame | Iterable[Mapping[str, Any]],
+              timeseries_df: pd.DataFrame | Iterable[Mapping[str, Any]] | None, meta: Mapping[str, Any],
+              analysis_cfg: Any = None) -> dict[str, Any]:
+    """Write requests/timeseries/summary .parquet and summary.json (and per-run figures when the
+    config says so) into run_dir; return the summary."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    req = requests_frame(requests_df)
+    ts = timeseries_frame(timeseries_df if timeseries_df is not None else [])
+    summary = summarize(req, ts, meta, analysis_cfg)
+    write_parquet(req, run_dir / "requests.parquet")
+    write_parquet(ts, run_dir / "timeseries.parquet")
+    write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
+    write_json({**summary, **vllm_names(summary, req)}, run_dir / "summary.json")
+    if bool(cfg_value(analysis_cfg, "figures")):
+        from harness.analysis.plots import write_run_figures  # matplotlib only when figures are wanted
+
+        write_run_figures(run_dir, req, ts, summary)
+    return summary

@@ -1,0 +1,114 @@
+"""The emulator's notion of time: one protocol, two clocks.
+
+Deployment code only ever calls `clock.now()` and `clock.call_at(t, fn)`. In sim mode a
+`VirtualClock` runs those callbacks from a heap as fast as the CPU allows; in live mode an
+asyncio loop provides them on the wall clock (scaled). Times are seconds as floats.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Timer:
+    """A scheduled callback; `cancel()` makes it a no-op (lazy deletion from the heap)."""
+
+    __slots__ = ("when", "fn", "cancelled")
+
+    def __init__(self, when: float, fn: Callable[[], None]) -> None:
+        self.when = when
+        self.fn = fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer: ...
+
+
+class VirtualClock:
+    """Discrete-event clock: time jumps to the next timer. Ties run in scheduling order."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._heap: list[tuple[float, int, Timer]] = []
+        self._seq = itertools.count()
+        self.events_run = 0
+
+    def now(self) -> float:
+        return self._now
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
+        if when < self._now:
+            when = self._now
+        timer = Timer(when, fn)
+        heapq.heappush(self._heap, (when, next(self._seq), timer))
+        return timer
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        return self.call_at(self._now + delay, fn)
+
+    def run(self, until: float | None = None) -> None:
+        """Run timers in time order until none is left (or the next is after `until`)."""
+        heap = self._heap
+        pop = heapq.heappop
+        while heap:
+            when, _, timer = heap[0]
+            if until is not None and when > until:
+                self._now = until
+                return
+            pop(heap)
+            if timer.cancelled:
+                continue
+            self._now = when
+            self.events_run += 1
+            timer.fn()
+        if until is not None and until > self._now:
+            self._now = until
+
+
+class LoopClock:
+    """Wall-clock time on an asyncio loop, optionally scaled: `time_scale=10` runs 10x faster.
+
+    `now()` is emulated seconds since the clock was made; `call_at` maps emulated times back to
+    loop times. The deployment code cannot tell this clock from `VirtualClock`. `lag()` tracks
+    how late timers fire (loop lag) in emulated seconds: a run whose lag grows past what its
+    measurements can tolerate is flagged by the caller.
+    """
+
+    def __init__(self, loop, time_scale: float = 1.0) -> None:
+        if not time_scale > 0:
+            raise ValueError(f"server.time_scale must be > 0, got {time_scale}")
+        self._loop = loop
+        self.time_scale = float(time_scale)
+        self._t0 = loop.time()
+        self.max_lag_s = 0.0
+        self.events_run = 0
+
+    def now(self) -> float:
+        return (self._loop.time() - self._t0) * self.time_scale
+
+    def to_loop_time(self, when: float) -> float:
+        return self._t0 + when / self.time_scale
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
+        timer = Timer(max(when, self.now()), fn)
+
+        def fire() -> None:
+            if timer.cancelled:
+                return
+            lag = self.now() - timer.when
+            if lag > self.max_lag_s:
+                self.max_lag_s = lag
+            self.events_run += 1
+            fn()
+
+        self._loop.call_at(self.to_loop_time(timer.when), fire)
+        return timer

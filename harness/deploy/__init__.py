@@ -1,0 +1,1 @@
+"""Emulated deployments: instances, links and routers built from the cost model, on an injected clock."""

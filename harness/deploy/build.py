@@ -1,0 +1,99 @@
+"""Build an emulated deployment from the composed config, asking the planner for what is left open.
+
+A deployment config may leave the PD split (`local.n_prefill`, `local.n_decode`) and the router's
+threshold null: the planner then chooses them for this workload, model and link, exactly as an
+operator following the paper would. The plan is returned too, so every run records what the
+analytic model predicted beside what the emulator measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from harness.clock import Clock
+from harness.costmodel import build_profile
+from harness.deploy.deployment import Deployment
+from harness.deploy.link import Link
+from harness.errors import InputError, require
+from harness.planner import plan_deployment
+from harness.workload import input_length_distribution, mean_output_tokens
+
+
+@dataclass
+class Built:
+    deployment: Deployment
+    plan: dict[str, Any] | None
+    threshold_tokens: float | None
+    n_prfaas: int
+    n_prefill: int
+    n_decode: int
+
+
+def needs_plan(dep: DictConfig) -> bool:
+    router_t = dep.router.get("threshold_tokens", "absent") if dep.router is not None else "absent"
+    return dep.local.n_prefill is None or dep.local.n_decode is None or router_t is None
+
+
+def make_plan(cfg: DictConfig) -> dict[str, Any]:
+    values, weights = input_length_distribution(cfg.workload)
+    plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, values, weights,
+                           mean_output_tokens(cfg.workload))
+    return plan.to_dict()
+
+
+def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
+    dep = cfg.deployment
+    local = dep.local
+    require(local.instances >= 1, f"deployment.local.instances must be >= 1, got {local.instances}")
+    try:
+        plan = make_plan(cfg)
+    except InputError:
+        if needs_plan(dep):
+            raise
+        plan = None  # a fully specified deployment runs even where the planner finds no optimum
+    n_prefill = local.n_prefill if local.n_prefill is not None else plan["n_prefill"]
+    n_decode = local.n_decode if local.n_decode is not None else plan["n_decode"]
+    require(
+        n_prefill + n_decode <= local.instances,
+        f"deployment.local: n_prefill + n_decode = {n_prefill + n_decode} exceeds instances = {local.instances}",
+    )
+    require(n_decode >= 1, "deployment.local.n_decode must be >= 1: someone has to decode")
+    router = instantiate(dep.router)
+    threshold = getattr(router, "threshold_tokens", None)
+    if threshold is None and plan is not None:
+        router.configure(plan["threshold_tokens"])
+        threshold = getattr(router, "threshold_tokens", None)
+
+    local_profile = build_profile(cfg.model, local.hardware, gpus_per_instance=local.gpus_per_instance)
+    prfaas = dep.prfaas
+    n_prfaas = int(prfaas.instances) if prfaas is not None else 0
+    prfaas_profile = (
+        build_profile(cfg.model, prfaas.hardware, gpus_per_instance=prfaas.gpus_per_instance)
+        if prfaas is not None
+        else None
+    )
+    rdma = Link(clock, float(local.rdma_gbps) * local.instances, per_connection_gbps=float(local.rdma_gbps),
+                name="rdma")
+    deployment = Deployment(
+        name=str(dep.name),
+        clock=clock,
+        router=router,
+        local_profile=local_profile,
+        n_prefill=int(n_prefill),
+        n_decode=int(n_decode),
+        prfaas_profile=prfaas_profile,
+        n_prfaas=n_prfaas,
+        cross_link=Link.from_config(clock, cfg.link) if prfaas is not None else None,
+        rdma_link=rdma,
+        block_tokens=int(cfg.workload.get("block_tokens", 512)),
+        cache_capacity_blocks=dep.cache.capacity_blocks,
+        prefix_cache=bool(dep.cache.enabled),
+        max_batch_tokens=dep.prefill_max_batch_tokens,
+        decode_step_s=dep.decode_step_s,
+        mode=mode,
+    )
+    return Built(deployment, plan, threshold, n_prfaas, int(n_prefill), int(n_decode))

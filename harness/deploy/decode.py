@@ -1,0 +1,166 @@
+"""A decode instance: continuous batching up to `bs_max` requests and a KV-memory limit.
+
+The batch advances in lock-step iterations. Between two membership changes (a request joins or
+leaves) the step time is constant, so nothing is simulated per token: each request knows the
+global step at which it ends, and one timer waits for the earliest such step. A request that
+arrives mid-step joins at the next step boundary.
+
+Token accounting: the first output token comes out of the prefill and is emitted when the
+request joins the batch; the remaining `output_tokens - 1` come one per decode step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+from harness.clock import Clock, Timer
+from harness.deploy.job import Job
+
+_EPS = 1e-9
+
+
+class DecodeInstance:
+    def __init__(
+        self,
+        name: str,
+        clock: Clock,
+        profile,
+        on_first_token: Callable[[Job], None],
+        on_done: Callable[[Job], None],
+        step_s: float | None = None,
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.profile = profile
+        self.on_first_token = on_first_token
+        self.on_done = on_done
+        self.bs_max = int(profile.bs_max)
+        self.kv_capacity_bytes = profile.kv_capacity_bytes
+        self._fixed_step_s = step_s
+        self._ends: list[tuple[int, int, Job]] = []  # (end step, seq, job)
+        self._seq = 0
+        self._step = 0  # index of the last step boundary we rebased on
+        self._step_t = 0.0  # time of that boundary
+        self._dt = 0.0  # current step time
+        self._context_tokens = 0
+        self.reserved = 0  # requests admitted or about to join at the next boundary
+        self.kv_bytes_used = 0.0
+        self._timer: Timer | None = None
+
+    # -- capacity -----------------------------------------------------------------------------
+    def kv_need(self, job: Job) -> float:
+        req = job.request
+        return float(self.profile.kv_bytes(req.input_tokens + req.output_tokens))
+
+    def can_admit(self, job: Job) -> bool:
+        if self.reserved >= self.bs_max:
+            return False
+        if self.kv_capacity_bytes is None:
+            return True
+        return self.kv_bytes_used + self.kv_need(job) <= self.kv_capacity_bytes
+
+    def fits_ever(self, job: Job) -> bool:
+        return self.kv_capacity_bytes is None or self.kv_need(job) <= self.kv_capacity_bytes
+
+    @property
+    def running(self) -> int:
+        return len(self._ends)
+
+    def tokens_done(self, job: Job, now: float) -> int:
+        """Output tokens `job` has produced by `now` (1 on joining, then one per completed step).
+
+        Live mode streams tokens from this; sim mode never needs per-token times.
+        """
+        if math.isfinite(job.finish_s):
+            return job.request.output_tokens
+        join = job.extra.get("join_step")
+        if join is None:
+            return 0
+        steps = self._step
+        if self._ends and self._dt > 0:
+            steps += math.floor((now - self._step_t) / self._dt + _EPS)
+        return min(job.request.output_tokens, 1 + max(0, steps - join))
+
+    # -- stepping -----------------------------------------------------------------------------
+    def _step_time(self) -> float:
+        if self._fixed_step_s is not None:
+            return self._fixed_step_s
+        return self.profile.decode_step_s(len(self._ends), self._context_tokens)
+
+    def _rebase(self, now: float) -> None:
+        """Move the step origin to the latest boundary at or before `now`."""
+        if self._ends and self._dt > 0:
+            k = math.floor((now - self._step_t) / self._dt + _EPS)
+            self._step += k
+            self._step_t += k * self._dt
+        else:
+            self._step_t = now
+
+    def _next_boundary(self, now: float) -> float:
+        if not self._ends:
+            return now
+        k = math.ceil((now - self._step_t) / self._dt - _EPS)
+        return self._step_t + k * self._dt
+
+    def admit(self, job: Job) -> None:
+        """Reserve a slot now; the request joins at the next step boundary."""
+        self.reserved += 1
+        self.kv_bytes_used += self.kv_need(job)
+        job.decode_instance = self.name
+        now = self.clock.now()
+        when = self._next_boundary(now)
+        if when <= now:
+            self._join(job)
+        else:
+            self.clock.call_at(when, lambda: self._join(job))
+
+    def _join(self, job: Job) -> None:
+        now = self.clock.now()
+        self._rebase(now)
+        job.first_token_s = now
+        self.on_first_token(job)
+        remaining = job.request.output_tokens - 1
+        if remaining <= 0:
+            self._release(job)
+            job.finish_s = now
+            self.on_done(job)
+            return
+        req = job.request
+        job.extra["join_step"] = self._step
+        self._context_tokens += req.input_tokens + req.output_tokens // 2
+        heapq.heappush(self._ends, (self._step + remaining, self._seq, job))
+        self._seq += 1
+        self._reschedule()
+
+    def _release(self, job: Job) -> None:
+        self.reserved -= 1
+        self.kv_bytes_used -= self.kv_need(job)
+
+    def _reschedule(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._ends:
+            return
+        self._dt = self._step_time()
+        end_step = self._ends[0][0]
+        self._timer = self.clock.call_at(self._step_t + (end_step - self._step) * self._dt, self._complete)
+
+    def _complete(self) -> None:
+        self._timer = None
+        now = self.clock.now()
+        end_step = self._ends[0][0]
+        self._step, self._step_t = end_step, now
+        finished = []
+        while self._ends and self._ends[0][0] <= end_step:
+            finished.append(heapq.heappop(self._ends)[2])
+        for job in finished:
+            req = job.request
+            self._context_tokens -= req.input_tokens + req.output_tokens // 2
+            self._release(job)
+        self._reschedule()
+        for job in finished:
+            job.finish_s = now
+            self.on_done(job)

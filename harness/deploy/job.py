@@ -1,0 +1,68 @@
+"""One request's life inside an emulated deployment, stamped in the deployment's own clock."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from harness.workload.request import Request
+
+NAN = math.nan
+
+
+@dataclass(slots=True)
+class Job:
+    """A request in flight. Times are absolute run-clock seconds; NaN until reached."""
+
+    request: Request
+    route: str = ""  # "local" | "prfaas"
+    cached_tokens: int = 0
+    prefill_instance: str = ""
+    decode_instance: str = ""
+    prefill_s: float = NAN  # service time on the chosen prefill instance
+    prefill_start_s: float = NAN
+    prefill_end_s: float = NAN
+    kv_bytes: float = 0.0
+    kv_done_s: float = NAN  # last KV byte landed on the decode side
+    kv_ready_s: float = NAN  # prefill finished and KV landed: ready for decode
+    first_token_s: float = NAN
+    finish_s: float = NAN
+    error: str | None = None
+    transfer_pending: bool = False
+    prefill_pending: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return self.request.input_tokens - self.cached_tokens
+
+    def record(self, deployment: str, mode: str) -> dict:
+        req = self.request
+        arrival = req.arrival_s
+        ttft = self.first_token_s - arrival
+        e2e = self.finish_s - arrival
+        n_out = req.output_tokens
+        tpot = (self.finish_s - self.first_token_s) / (n_out - 1) if n_out > 1 else NAN
+        return {
+            "deployment": deployment,
+            "mode": mode,
+            "request_id": req.request_id,
+            "session_id": req.session_id,
+            "arrival_s": arrival,
+            "input_tokens": req.input_tokens,
+            "cached_tokens": self.cached_tokens,
+            "output_tokens": n_out if self.error is None else 0,
+            "route": self.route,
+            "prefill_instance": self.prefill_instance,
+            "decode_instance": self.decode_instance,
+            "prefill_start_s": self.prefill_start_s,
+            "prefill_end_s": self.prefill_end_s,
+            "kv_ready_s": self.kv_ready_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "kv_bytes_sent": self.kv_bytes,
+            "error": self.error,
+        }

@@ -1,0 +1,372 @@
+"""Fluid (flow-level) model of a network link carrying KV-cache transfers.
+
+One `Link` stands for the cross-datacenter Ethernet link between a PrfaaS prefill cluster and
+a local PD cluster, or for intra-cluster RDMA. Packets are not simulated: each transfer is a
+fluid flow whose rate is piecewise constant between events.
+
+Semantics (Gbps are 1e9 bit/s; sizes are bytes; times are seconds on the link's clock):
+
+- Sharing is max-min fair (water-filling) among the flows in progress. Each flow is capped at
+  `connections * per_connection_rate`, where the per-connection rate is the smaller of
+  `per_connection_gbps` (None: no cap) and, when `loss_rate` p > 0 and `rtt_s` > 0, the Mathis
+  TCP ceiling `MSS*8 / (RTT * sqrt(2p/3))` bit/s. The aggregate never exceeds the current
+  capacity. Loss lowers a flow's throughput; enough parallel connections still fill the link.
+- Layer-wise pipelining: with `produce_s` > 0 a flow's bytes are produced at a uniform rate
+  over `produce_s` seconds from its start (the prefill runs while its KV streams out layer by
+  layer). While producing, a flow's cap is also `nbytes / produce_s`, so it can never have sent
+  more than was produced; a flow that fell behind catches up after production ends, at its
+  fair share. A lone flow on a fast link finishes when production ends; on a slow link later.
+- Completion: when a flow's last byte is sent, its `on_done` runs a further one-way
+  propagation delay `rtt_s / 2` later (always through the clock, never re-entrantly). A
+  zero-byte transfer completes `rtt_s / 2` after it starts.
+- Capacity: `capacity_schedule` [(t_s, gbps), ...] (absolute clock times, non-decreasing) and
+  `set_capacity` change it at any time. Capacity 0 means the link is down: flows stall and
+  resume when capacity returns.
+- Rates change only at events (flow start, production end, flow completion, capacity change).
+  The link keeps a single pending timer for its next event; each event costs O(n log n) for n
+  flows in progress. Transfers started at the same instant share one recomputation.
+- `egress_series` integrates the recorded piecewise-constant aggregate rate exactly; the
+  recorded rate never exceeds the recorded capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from harness.clock import Clock, Timer
+from harness.errors import InputError
+
+_BYTES_PER_GBIT = 1e9 / 8
+# Implementation note: a flow is done when what remains is below a tiny byte epsilon or would
+# take less than a few ulps of the current time to send. Without the time test, rounding in
+# `now - t_last` leaves crumbs that would be scheduled as zero-length events forever.
+_BYTE_EPS = 1e-6
+_REL_BYTE_EPS = 1e-12
+_TIME_ULPS = 64.0
+
+
+def _number(field: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
+    """Validate a finite number >= minimum (> minimum when strict) and return it as float."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"link.{field} must be a number, got {value!r}") from None
+    bad = not math.isfinite(x) or (x <= minimum if strict else x < minimum)
+    if bad:
+        op = ">" if strict else ">="
+        raise InputError(f"link.{field} must be a finite number {op} {minimum:g}, got {value!r}")
+    return x
+
+
+def _count(field: str, value: Any) -> int:
+    """Validate an integer >= 1 (numpy integers too, bools not)."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = 0
+    if isinstance(value, bool) or n < 1:
+        raise InputError(f"link.{field} must be an integer >= 1, got {value!r}")
+    return n
+
+
+class Flow:
+    """One transfer in progress on a `Link`. Read-only for callers.
+
+    `finish_s` is when the last byte left (None until then); `on_done` runs at
+    `finish_s + rtt_s/2`. `sent_bytes` and `rate_gbps` are evaluated at the clock's now().
+    """
+
+    __slots__ = ("_link", "nbytes", "start_s", "produce_s", "produce_end_s", "_produce_rate",
+                 "_on_done", "_sent", "_rate", "_eps", "finish_s")
+
+    def __init__(self, link: Link, nbytes: float, on_done: Callable[[], None], start_s: float,
+                 produce_s: float) -> None:
+        self._link = link
+        self.nbytes = nbytes
+        self.start_s = start_s
+        self.produce_s = produce_s
+        self.produce_end_s = start_s + produce_s
+        self._produce_rate = nbytes / produce_s if produce_s > 0 else math.inf
+        self._on_done = on_done
+        self._sent = 0.0  # bytes sent as of link._t_last
+        self._rate = 0.0  # bytes/s since link._t_last
+        self._eps = _BYTE_EPS + _REL_BYTE_EPS * nbytes  # done when fewer bytes remain
+        self.finish_s: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_s is not None
+
+    @property
+    def sent_bytes(self) -> float:
+        if self.finish_s is not None:
+            return self.nbytes
+        dt = self._link._clock.now() - self._link._t_last
+        return min(self.nbytes, self._sent + self._rate * dt)
+
+    @property
+    def rate_gbps(self) -> float:
+        return 0.0 if self.finish_s is not None else self._rate / _BYTES_PER_GBIT
+
+
+class Link:
+    """A shared link: capacity in Gbps, flows max-min fair, per-flow caps from TCP limits."""
+
+    def __init__(self, clock: Clock, capacity_gbps: float, *, rtt_s: float = 0.0,
+                 connections: int = 1, per_connection_gbps: float | None = None,
+                 loss_rate: float = 0.0, mss_bytes: int = 1460,
+                 capacity_schedule: Sequence[tuple[float, float]] = (),
+                 name: str = "link") -> None:
+        self.name = name
+        self._clock = clock
+        self._capacity_gbps = _number("capacity_gbps", capacity_gbps)
+        self.rtt_s = _number("rtt_s", rtt_s)
+        self.connections = _count("connections", connections)
+        self.loss_rate = _number("loss_rate", loss_rate)
+        if self.loss_rate >= 1.0:
+            raise InputError(f"link.loss_rate must be in [0, 1), got {loss_rate!r}")
+        self.mss_bytes = _number("mss_bytes", mss_bytes, strict=True)
+        per_conn_bps = math.inf
+        if per_connection_gbps is not None:
+            per_conn_bps = _number("per_connection_gbps", per_connection_gbps, strict=True) * 1e9
+        if self.loss_rate > 0 and self.rtt_s > 0:
+            mathis_bps = self.mss_bytes * 8 / (self.rtt_s * math.sqrt(2 * self.loss_rate / 3))
+            per_conn_bps = min(per_conn_bps, mathis_bps)
+        self.flow_cap_gbps = self.connections * per_conn_bps / 1e9  # inf: no per-flow cap
+        self._flow_cap = self.connections * per_conn_bps / 8  # bytes/s
+        self._schedule = self._check_schedule(capacity_schedule)
+        self._sched_i = 0
+
+        self._flows: list[Flow] = []
+        self._t_last = clock.now()
+        self._bytes_base = 0.0  # integral of the recorded aggregate rate up to _t_last
+        self._agg = 0.0  # recorded aggregate rate since _t_last, bytes/s
+        self._next_produce_end = math.inf
+        self._timer: Timer | None = None
+        self._timer_when = math.nan
+        self._pts_t: list[float] = []
+        self._pts_rate_gbps: list[float] = []
+        self._pts_cap_gbps: list[float] = []
+        self._update()
+
+    @classmethod
+    def from_config(cls, clock: Clock, cfg: Any) -> Link:
+        """Build from a `link` config node (`harness.deploy.schema.LinkConfig`; RTT in ms)."""
+        return cls(clock, cfg.capacity_gbps, rtt_s=cfg.rtt_ms / 1e3, connections=cfg.connections,
+                   per_connection_gbps=cfg.per_connection_gbps, loss_rate=cfg.loss_rate,
+                   mss_bytes=cfg.mss_bytes, capacity_schedule=cfg.capacity_schedule,
+                   name=cfg.name)
+
+    @staticmethod
+    def _check_schedule(schedule: Sequence[Any]) -> list[tuple[float, float]]:
+        out: list[tuple[float, float]] = []
+        for i, entry in enumerate(schedule):
+            if isinstance(entry, str | bytes) or not hasattr(entry, "__len__") or len(entry) != 2:
+                raise InputError(f"link.capacity_schedule[{i}] must be [t_s, capacity_gbps], "
+                                 f"got {entry!r}")
+            t = _number(f"capacity_schedule[{i}].t_s", entry[0], minimum=-math.inf)
+            gbps = _number(f"capacity_schedule[{i}].capacity_gbps", entry[1])
+            if out and t < out[-1][0]:
+                raise InputError(f"link.capacity_schedule[{i}].t_s={t:g} is before the previous "
+                                 f"entry's {out[-1][0]:g}; times must be non-decreasing")
+            out.append((t, gbps))
+        return out
+
+    # -- public interface ---------------------------------------------------------------------
+
+    @property
+    def capacity_gbps(self) -> float:
+        return self._capacity_gbps
+
+    @property
+    def rate_gbps(self) -> float:
+        """Current aggregate egress (what a router watching link utilisation would see)."""
+        return self._agg / _BYTES_PER_GBIT
+
+    @property
+    def active_flows(self) -> int:
+        return len(self._flows)
+
+    @property
+    def bytes_sent(self) -> float:
+        """Bytes that have left the link so far (the integral of the aggregate rate)."""
+        return self._bytes_base + self._agg * (self._clock.now() - self._t_last)
+
+    def transfer(self, nbytes: float, on_done: Callable[[], None], *,
+                 produce_s: float = 0.0) -> Flow:
+        """Start sending `nbytes` now; `on_done()` runs when they have arrived."""
+        nbytes = _number("transfer.nbytes", nbytes)
+        produce_s = _number("transfer.produce_s", produce_s)
+        now = self._clock.now()
+        flow = Flow(self, nbytes, on_done, now, produce_s)
+        if nbytes == 0.0:
+            flow.finish_s = now
+            self._clock.call_at(now + self.rtt_s / 2, on_done)
+            return flow
+        self._advance(now)
+        self._flows.append(flow)
+        # Defer the recomputation to an event at `now`, so a burst of transfers started at
+        # the same instant costs one water-filling pass instead of one per transfer.
+        self._set_timer(now)
+        return flow
+
+    def set_capacity(self, capacity_gbps: float) -> None:
+        """Change the capacity from now on (0: link down, flows stall)."""
+        self._capacity_gbps = _number("capacity_gbps", capacity_gbps)
+        self._update()
+
+    def change_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Recorded (t_s, aggregate Gbps, capacity Gbps); each holds until the next t_s."""
+        return (np.array(self._pts_t), np.array(self._pts_rate_gbps),
+                np.array(self._pts_cap_gbps))
+
+    def egress_series(self, t_end: float, bin_s: float, *,
+                      t_start: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Bin start times, mean egress Gbps and mean capacity Gbps per bin of `bin_s`.
+
+        Bins cover [t_start, t_end) (the last one may run past t_end). Means are exact
+        integrals of the recorded piecewise-constant rates; after now() the current state is
+        assumed to persist. Before the link existed the rate is 0.
+        """
+        bin_s = _number("egress_series.bin_s", bin_s, strict=True)
+        t_end = _number("egress_series.t_end", t_end, minimum=-math.inf)
+        if t_end <= t_start:
+            raise InputError(f"egress_series.t_end must be > t_start={t_start:g}, got {t_end:g}")
+        n_bins = max(1, math.ceil((t_end - t_start) / bin_s - 1e-9))
+        edges = t_start + bin_s * np.arange(n_bins + 1)
+        t, rate, cap = self.change_points()
+        egress = np.diff(_integral(t, rate, edges, before=0.0)) / bin_s
+        capacity = np.diff(_integral(t, cap, edges, before=cap[0])) / bin_s
+        return edges[:-1], egress, capacity
+
+    # -- event machinery ----------------------------------------------------------------------
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._update()
+
+    def _set_timer(self, when: float) -> None:
+        if self._timer is not None:
+            if self._timer_when == when:
+                return
+            self._timer.cancel()
+        self._timer = self._clock.call_at(when, self._on_timer)
+        self._timer_when = when
+
+    def _advance(self, now: float) -> None:
+        """Move every flow's sent bytes from _t_last to now at the current rates."""
+        dt = now - self._t_last
+        if dt <= 0:
+            return
+        for f in self._flows:
+            f._sent += f._rate * dt
+        self._bytes_base += self._agg * dt
+        self._t_last = now
+
+    def _update(self) -> None:
+        """Handle an event: advance, apply capacity changes, retire flows, re-share, re-arm."""
+        now = self._clock.now()
+        self._advance(now)
+        sched = self._schedule
+        while self._sched_i < len(sched) and sched[self._sched_i][0] <= now:
+            self._capacity_gbps = sched[self._sched_i][1]
+            self._sched_i += 1
+        time_eps = _TIME_ULPS * math.ulp(max(abs(now), 1.0))
+        arrive_s = now + self.rtt_s / 2
+        keep: list[Flow] = []
+        for f in self._flows:
+            remaining = f.nbytes - f._sent
+            if remaining <= f._eps or remaining <= f._rate * time_eps:
+                f.finish_s = now
+                f._rate = 0.0
+                self._clock.call_at(arrive_s, f._on_done)
+            else:
+                keep.append(f)
+        self._flows = keep
+        self._share(now)
+        self._record(now)
+        self._set_next_event(now)
+
+    def _share(self, now: float) -> None:
+        """Max-min fair rates by water-filling over the flows' caps, O(n log n).
+
+        Also notes the earliest production end, which is a future event.
+        """
+        flows = self._flows
+        capacity = self._capacity_gbps * _BYTES_PER_GBIT
+        flow_cap = self._flow_cap
+        caps: list[float] = []
+        next_produce_end = math.inf
+        for f in flows:
+            if now < f.produce_end_s:
+                caps.append(f._produce_rate if f._produce_rate < flow_cap else flow_cap)
+                if f.produce_end_s < next_produce_end:
+                    next_produce_end = f.produce_end_s
+            else:
+                caps.append(flow_cap)
+        self._next_produce_end = next_produce_end
+        remaining, left = capacity, len(flows)
+        share = 0.0
+        for i in sorted(range(len(flows)), key=caps.__getitem__):
+            share = remaining / left
+            if caps[i] > share:
+                break  # every later cap is at least as large: all of them get `share`
+            flows[i]._rate = caps[i]
+            remaining -= caps[i]
+            left -= 1
+        agg = capacity - remaining
+        if left:
+            for f, cap in zip(flows, caps, strict=True):
+                if cap > share:
+                    f._rate = share
+            agg += share * left
+        self._agg = min(capacity, agg)
+
+    def _record(self, now: float) -> None:
+        rate_gbps, cap_gbps = self._agg / _BYTES_PER_GBIT, self._capacity_gbps
+        if not self._pts_t:
+            unchanged = False
+        elif self._pts_t[-1] == now:
+            self._pts_rate_gbps[-1], self._pts_cap_gbps[-1] = rate_gbps, cap_gbps
+            unchanged = True
+        else:
+            unchanged = (self._pts_rate_gbps[-1], self._pts_cap_gbps[-1]) == (rate_gbps, cap_gbps)
+        if not unchanged:
+            self._pts_t.append(now)
+            self._pts_rate_gbps.append(rate_gbps)
+            self._pts_cap_gbps.append(cap_gbps)
+
+    def _set_next_event(self, now: float) -> None:
+        nxt = self._next_produce_end
+        for f in self._flows:
+            rate = f._rate
+            if rate > 0:
+                t = now + (f.nbytes - f._sent) / rate
+                if t < nxt:
+                    nxt = t
+        if self._sched_i < len(self._schedule) and self._schedule[self._sched_i][0] < nxt:
+            nxt = self._schedule[self._sched_i][0]
+        if nxt == math.inf:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        # Never schedule in the past or at now (which would loop without progress).
+        self._set_timer(max(nxt, math.nextafter(now, math.inf)))
+
+
+def _integral(t: np.ndarray, y: np.ndarray, x: np.ndarray, *, before: float) -> np.ndarray:
+    """Integral from t[0] of the step function y (y[k] on [t[k], t[k+1])), evaluated at x.
+
+    Left of t[0] the function is `before` (integral negative there, so differences stay exact).
+    """
+    cum = np.concatenate(([0.0], np.cumsum(y[:-1] * np.diff(t))))
+    k = np.searchsorted(t, x, side="right") - 1
+    inside = k >= 0
+    kk = np.where(inside, k, 0)
+    return np.where(inside, cum[kk] + y[kk] * (x - t[kk]), before * (x - t[0]))

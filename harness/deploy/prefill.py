@@ -1,0 +1,90 @@
+"""A prefill instance: a FIFO queue served one forward pass at a time.
+
+A pass takes one request, or with `max_batch_tokens` several queued requests whose new tokens fit
+the budget. Its duration comes from the instance profile: for a single request with a cached
+prefix, `prefill_s(new, cached)`; a batch pays the fixed per-pass cost once, i.e.
+`T(0) + sum(prefill_s(n_i, c_i) - T(0))`. The instance reports its start and end through
+callbacks; the deployment moves the KV and the request on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from harness.clock import Clock
+from harness.deploy.job import Job
+
+
+class PrefillInstance:
+    def __init__(
+        self,
+        name: str,
+        clock: Clock,
+        profile,
+        on_start: Callable[[Job, float], None],
+        on_done: Callable[[Job], None],
+        max_batch_tokens: int | None = None,
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.profile = profile
+        self.on_start = on_start
+        self.on_done = on_done
+        self.max_batch_tokens = max_batch_tokens
+        self.queue: deque[Job] = deque()
+        self.running: list[Job] = []
+        self._queued_work_s = 0.0
+        self._busy_until = 0.0
+        self.busy_s = 0.0  # accumulated service time, for utilisation
+        self._base_s = profile.prefill_s(0, 0)
+        self.down = False
+
+    def service_s(self, job: Job) -> float:
+        return self.profile.prefill_s(job.new_tokens, job.cached_tokens)
+
+    def backlog_s(self) -> float:
+        """Seconds of work ahead of a request enqueued now (least-loaded routing uses this)."""
+        remaining = max(0.0, self._busy_until - self.clock.now()) if self.running else 0.0
+        return remaining + self._queued_work_s
+
+    def submit(self, job: Job) -> None:
+        job.prefill_instance = self.name
+        job.prefill_s = self.service_s(job)
+        self.queue.append(job)
+        self._queued_work_s += job.prefill_s
+        if not self.running:
+            self._start_next()
+
+    def _take_batch(self) -> list[Job]:
+        batch = [self.queue.popleft()]
+        if self.max_batch_tokens is not None:
+            budget = self.max_batch_tokens - batch[0].new_tokens
+            while self.queue and self.queue[0].new_tokens <= budget:
+                budget -= self.queue[0].new_tokens
+                batch.append(self.queue.popleft())
+        return batch
+
+    def _start_next(self) -> None:
+        if not self.queue or self.down:
+            return
+        batch = self._take_batch()
+        now = self.clock.now()
+        work = sum(job.prefill_s for job in batch)
+        self._queued_work_s = max(0.0, self._queued_work_s - work)
+        duration = work - (len(batch) - 1) * self._base_s
+        self.running = batch
+        self._busy_until = now + duration
+        self.busy_s += duration
+        for job in batch:
+            job.prefill_start_s = now
+            self.on_start(job, duration)
+        self.clock.call_at(now + duration, self._finish)
+
+    def _finish(self) -> None:
+        batch, self.running = self.running, []
+        now = self.clock.now()
+        for job in batch:
+            job.prefill_end_s = now
+            self.on_done(job)
+        self._start_next()

@@ -1,0 +1,16 @@
+"""Homogeneous PD: every request is prefilled in the local PD cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.deploy.router.base import LOCAL, ClusterView, RoutedRequest
+
+
+@dataclass
+class HomogeneousRouter:
+    def route(self, request: RoutedRequest, view: ClusterView) -> str:
+        return LOCAL
+
+    def configure(self, threshold_tokens: float | None) -> None:
+        """No threshold: nothing leaves the cluster."""

@@ -1,0 +1,35 @@
+"""PrfaaS-PD threshold routing (paper section 3.3): offload when the incremental prefill is long.
+
+The incremental length is what is left to compute after the local PD cluster's cached prefix:
+`l = input_tokens - l_pd`. If `l > t` the request is prefilled remotely and its KV crosses the
+link; otherwise it stays in the local PD cluster. `threshold_tokens=None` lets the planner
+choose t for the workload, model and link (`configure`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, RoutedRequest
+from harness.errors import require
+
+
+@dataclass
+class PrfaasRouter:
+    threshold_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.threshold_tokens is not None:
+            require(self.threshold_tokens >= 0, f"router.threshold_tokens must be >= 0, got {self.threshold_tokens}")
+
+    def configure(self, threshold_tokens: float | None) -> None:
+        if self.threshold_tokens is None:
+            self.threshold_tokens = threshold_tokens
+
+    def route(self, request: RoutedRequest, view: ClusterView) -> str:
+        if not view.has_prfaas:
+            return LOCAL
+        if not view.has_local_prefill:
+            return PRFAAS
+        incremental = request.input_tokens - request.cached_local_tokens
+        return PRFAAS if incremental > self.threshold_tokens else LOCAL

@@ -1,0 +1,41 @@
+"""`harness-gate DIR... --gate conf/gates/<name>.yaml`: pass/fail perf checks on a sweep report.
+
+Exit status: 0 every check passed, 1 some check failed (the table names it), 2 bad input (gate file
+or results folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.errors import exits_on_input_error
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="harness-gate", description="Pass/fail perf checks on a sweep report; exit 0 pass, 1 fail, 2 bad input.")
+    parser.add_argument("dirs", nargs="+", metavar="DIR",
+                        help="results folders (run dirs are re-read) or report.parquet files")
+    parser.add_argument("--gate", required=True, metavar="FILE", help="gate file, e.g. conf/gates/paper_case.yaml")
+    return parser.parse_args(argv)
+
+
+@exits_on_input_error
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from harness.analysis import gates, runs
+
+    gate = gates.load_gate(args.gate)  # a bad gate file fails before any data is read
+    report = runs.collect(args.dirs)
+    results = gates.evaluate(gate, report, runs.collect_plans(args.dirs, report))
+    print(f"gate {gate.name} ({gate.path}) on {', '.join(args.dirs)}")
+    print(gates.format_results(gate, results))
+    return 0 if all(res.passed for res in results) else 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Run a Hydra task so that configuration mistakes exit with status 2, not 1.
+
+Hydra reports composition errors (unknown key, wrong type, unknown option of a group) as one
+line and exits 1, the same status as a crash inside the task. Users and CI need to tell the two
+apart, so we note when the task body starts: an exit before that point is a config error.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from harness.errors import EXIT_BAD_INPUT, exits_on_input_error
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def hydra_entry(config_name: str = "config") -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
+    """Wrap `task(cfg)` as a console-script `main()` with Hydra's CLI (overrides, -m, --help)."""
+
+    def decorate(task: Callable[[DictConfig], Any]) -> Callable[[], None]:
+        started = False
+
+        @functools.wraps(task)
+        def body(cfg: DictConfig) -> Any:
+            nonlocal started
+            started = True
+            from harness.schema import register_configs  # noqa: F401  (schemas already stored)
+
+            return exits_on_input_error(task)(cfg)
+
+        hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
+
+        def main() -> None:
+            from harness.schema import register_configs
+
+            register_configs()
+            try:
+                hydra_main()
+            except SystemExit as exc:
+                if exc.code == 1 and not started:
+                    sys.exit(EXIT_BAD_INPUT)
+                raise
+
+        return main
+
+    return decorate

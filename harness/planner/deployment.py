@@ -1,0 +1,128 @@
+"""plan_deployment: read a deployment config's constraints, build the profiles, search the grid.
+
+Constraints come from the deployment itself, so one function plans every kind:
+- no remote cluster (`prfaas: null`, homogeneous PD): p = 0, only splits are searched;
+- `local.n_prefill: 0` (naive heterogeneous): every prefill is remote, p = 1;
+- a fixed `local.n_prefill` / `local.n_decode` or `router.threshold_tokens`: that value only;
+- everything else null: the paper's exhaustive grid over t and every N_p/N_d split.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from harness.costmodel import InstanceProfile, build_profile
+from harness.costmodel.nodes import integer, number, plain
+from harness.errors import InputError
+from harness.planner.distribution import LengthDistribution
+from harness.planner.result import Plan
+from harness.planner.search import SERVICE_TIMES, Stages, best_index, evaluate
+
+
+def _splits(local: dict[str, Any], n_local: int, has_remote: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (N_p, N_d) pairs allowed by the config."""
+    n_p, n_d = local.get("n_prefill"), local.get("n_decode")
+    if n_p is not None:
+        n_p = integer(local, "n_prefill", "deployment.local", minimum=0)
+    if n_d is not None:
+        n_d = integer(local, "n_decode", "deployment.local", minimum=1)
+    if n_p is not None and n_d is not None:
+        if n_p + n_d > n_local:
+            raise InputError(f"deployment.local: n_prefill + n_decode = {n_p + n_d} exceeds instances = {n_local}")
+        pairs = [(n_p, n_d)]
+    elif n_p is not None:
+        pairs = [(n_p, n_local - n_p)]
+    elif n_d is not None:
+        pairs = [(n_local - n_d, n_d)]
+    else:
+        pairs = [(k, n_local - k) for k in range(0 if has_remote else 1, n_local)]
+    pairs = [(a, b) for a, b in pairs if a >= 0 and b >= 1 and (a >= 1 or has_remote)]
+    if not pairs:
+        raise InputError(
+            f"no feasible configuration: the local cluster has {n_local} instance(s) with n_prefill={n_p}, "
+            f"n_decode={n_d}" + ("" if has_remote else " and no remote prefill cluster")
+            + "; it needs at least one decode instance and, without a remote cluster, one prefill instance")
+    arr = np.array(pairs, dtype=int)
+    return arr[:, 0], arr[:, 1]
+
+
+def _thresholds(dep: dict[str, Any], planner: dict[str, Any], has_remote: bool, all_remote: bool
+                ) -> tuple[np.ndarray, bool, list[str]]:
+    """Candidate thresholds (ascending), whether a threshold applies, and notes."""
+    notes: list[str] = []
+    router = dep.get("router") or {}
+    fixed = router.get("threshold_tokens") if isinstance(router, dict) else None
+    if not has_remote:
+        return np.array([np.inf]), False, notes
+    if all_remote:
+        if fixed is not None:
+            notes.append(f"router.threshold_tokens={fixed} ignored: no local prefill instance, every prefill is remote")
+        return np.array([-np.inf]), False, notes
+    if fixed is not None:
+        return np.array([number(router, "threshold_tokens", "deployment.router", minimum=0)]), True, notes
+    step = integer(planner, "grid_step_tokens", "planner", minimum=1)
+    t_max = integer(planner, "t_max_tokens", "planner", minimum=0)
+    return np.arange(0, t_max + step, step, dtype=float), True, notes
+
+
+def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_cfg: Any, values: np.ndarray,
+                    weights: np.ndarray, mean_output_tokens: float) -> Plan:
+    """Plan one deployment for the uncached-length distribution (values, weights) and mean output length."""
+    dep = plain(deployment_cfg, "deployment")
+    planner = plain(planner_cfg, "planner")
+    name = str(dep.get("name", "deployment"))
+    local = dep.get("local")
+    if not local:
+        raise InputError(f"deployment {name}: `local` cluster is missing")
+    n_local = integer(local, "instances", "deployment.local", minimum=1)
+    gpus_local = integer(local, "gpus_per_instance", "deployment.local", minimum=1)
+    remote_cfg = dep.get("prfaas")
+    service_time = planner.get("service_time", "representative")
+    if service_time not in SERVICE_TIMES:
+        raise InputError(f"planner.service_time must be one of {', '.join(SERVICE_TIMES)}, got {service_time!r}")
+    l_out = number({"mean_output_tokens": mean_output_tokens}, "mean_output_tokens", "workload", minimum=0,
+                   exclusive=True)
+    slo = number(planner, "slo_tokens_per_s", "planner", minimum=0, exclusive=True, default=40.0)
+
+    local_prof = build_profile(model_cfg, local.get("hardware"), gpus_per_instance=gpus_local, slo_tokens_per_s=slo)
+    remote_prof: InstanceProfile | None = None
+    n_prfaas, link_gbps = 0, None
+    if remote_cfg is not None:
+        n_prfaas = integer(remote_cfg, "instances", "deployment.prfaas", minimum=1)
+        gpus_remote = integer(remote_cfg, "gpus_per_instance", "deployment.prfaas", minimum=1)
+        remote_prof = build_profile(model_cfg, remote_cfg.get("hardware"), gpus_per_instance=gpus_remote,
+                                    slo_tokens_per_s=slo)
+        link_gbps = number(plain(link_cfg, "link"), "capacity_gbps", "link", minimum=0, exclusive=True)
+
+    override = dep.get("decode_step_s")
+    t_decode = (number(dep, "decode_step_s", "deployment", minimum=0, exclusive=True) if override is not None
+                else local_prof.t_decode_s)
+    if local_prof.bs_max < 1:
+        raise InputError(f"no feasible configuration: a decode instance of {model_cfg_name(local_prof)} cannot hold "
+                         f"one sequence within the {slo:g} tok/s SLO and its KV memory")
+
+    n_p, n_d = _splits(local, n_local, remote_prof is not None)
+    all_remote = remote_prof is not None and int(n_p.max()) == 0
+    thresholds, applies, notes = _thresholds(dep, planner, remote_prof is not None, all_remote)
+    stages = Stages(local=local_prof, remote=remote_prof, n_prfaas=n_prfaas,
+                    link_bytes_per_s=None if link_gbps is None else link_gbps * 1e9 / 8.0,
+                    t_decode_s=t_decode, bs_max=local_prof.bs_max, mean_output_tokens=l_out)
+    dist = LengthDistribution(values, weights)
+    grid = evaluate(dist, stages, thresholds, n_p, n_d, service_time)
+    try:
+        i, j = best_index(grid, float(planner.get("tie_rel_tol", 1e-9)))
+    except InputError as err:
+        raise InputError(f"deployment {name}: {err}") from err
+    return Plan(
+        deployment=name, model=local_prof.model, service_time=service_time, grid=grid, i=i, j=j,
+        n_prfaas=n_prfaas, n_local=n_local, threshold_applies=applies, link_gbps=link_gbps,
+        price_prfaas=remote_prof.price_per_instance if remote_prof is not None else 0.0,
+        price_local=local_prof.price_per_instance, bs_max=local_prof.bs_max, t_decode_s=t_decode,
+        mean_output_tokens=l_out, notes=notes,
+    )
+
+
+def model_cfg_name(profile: InstanceProfile) -> str:
+    return f"{profile.model} on {profile.gpus_per_instance} x {profile.hardware}"

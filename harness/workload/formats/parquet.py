@@ -1,0 +1,108 @@
+"""The harness's own trace format: Parquet with one column per `Request` field.
+
+`hash_ids` is a list<int64> column; `session_id` and `turn` are nullable int64. Arrival times keep
+full float precision (unlike the millisecond JSONL), so this is the lossless format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.errors import InputError
+from harness.workload.formats.common import Columns, FieldNames, LoadReport, to_requests
+from harness.workload.request import Request
+
+NAMES = FieldNames(time="arrival_s", input="input_tokens", output="output_tokens")
+_REQUIRED = ("request_id", "arrival_s", "input_tokens", "output_tokens")
+
+
+def _int_column(path: Path, table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if not pa.types.is_integer(col.type):
+        raise InputError(f"{path}: column '{name}' must hold integers, has type {col.type}")
+    if col.null_count:
+        i = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+        raise InputError(f"{path}: row {i}: field '{name}' is null")
+    return col.to_numpy().astype(np.int64)
+
+
+def _optional_ints(path: Path, table: pa.Table, name: str) -> list[int | None] | None:
+    if name not in table.column_names:
+        return None
+    col = table.column(name)
+    if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
+        raise InputError(f"{path}: column '{name}' must hold integers or nulls, has type {col.type}")
+    return col.to_pylist()
+
+
+def _hash_ids(path: Path, table: pa.Table) -> list[tuple[int, ...] | None] | None:
+    if "hash_ids" not in table.column_names:
+        return None
+    col = table.column("hash_ids")
+    if not ((pa.types.is_list(col.type) or pa.types.is_large_list(col.type))
+            and pa.types.is_integer(col.type.value_type)):
+        raise InputError(f"{path}: column 'hash_ids' must be a list of integers, has type {col.type}")
+    arr = col.combine_chunks()
+    offsets = arr.offsets.to_numpy().tolist()
+    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64).tolist()
+    nulls = arr.is_null().to_numpy(zero_copy_only=False).tolist()
+    return [None if nulls[i] else tuple(values[offsets[i]:offsets[i + 1]]) for i in range(len(arr))]
+
+
+def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
+    report = LoadReport(str(path), "parquet")
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError as err:
+        raise InputError(f"{path}: no such file") from err
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(f"{path}: cannot read as Parquet ({err})") from err
+    missing = [c for c in _REQUIRED if c not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (required: {', '.join(_REQUIRED)}; "
+                         f"optional: hash_ids, session_id, turn)")
+    arrival = table.column("arrival_s")
+    if not (pa.types.is_floating(arrival.type) or pa.types.is_integer(arrival.type)) or arrival.null_count:
+        raise InputError(f"{path}: column 'arrival_s' must hold non-null numbers of seconds, has type "
+                         f"{arrival.type} with {arrival.null_count} null(s)")
+    request_id = _int_column(path, table, "request_id")
+    if len(np.unique(request_id)) != len(request_id):
+        raise InputError(f"{path}: column 'request_id' has duplicate ids")
+    cols = Columns(arrival.to_numpy().astype(np.float64), _int_column(path, table, "input_tokens"),
+                   _int_column(path, table, "output_tokens"), _hash_ids(path, table),
+                   _optional_ints(path, table, "session_id"), _optional_ints(path, table, "turn"), request_id)
+    requests = to_requests(cols, NAMES, lambda i: f"{path}: row {i} (request_id {request_id[i]})", block_tokens,
+                           report)
+    return requests, report
+
+
+def to_table(requests: Sequence[Request]) -> pa.Table:
+    """An Arrow table of the requests (also what `requests_to_frame` users can write themselves)."""
+    n = len(requests)
+    counts = np.fromiter((len(r.hash_ids) for r in requests), dtype=np.int64, count=n)
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    total = int(offsets[-1])
+    values = np.fromiter(chain.from_iterable(r.hash_ids for r in requests), dtype=np.int64, count=total)
+    if total < 2**31 - 1:
+        hash_ids = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(values))
+    else:
+        hash_ids = pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), pa.array(values))
+    return pa.table({
+        "request_id": pa.array(np.fromiter((r.request_id for r in requests), dtype=np.int64, count=n)),
+        "arrival_s": pa.array(np.fromiter((r.arrival_s for r in requests), dtype=np.float64, count=n)),
+        "input_tokens": pa.array(np.fromiter((r.input_tokens for r in requests), dtype=np.int64, count=n)),
+        "output_tokens": pa.array(np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=n)),
+        "hash_ids": hash_ids,
+        "session_id": pa.array([r.session_id for r in requests], type=pa.int64()),
+        "turn": pa.array([r.turn for r in requests], type=pa.int64()),
+    })
+
+
+def write(requests: Sequence[Request], path: Path) -> None:
+    pq.write_table(to_table(requests), path)

@@ -1,0 +1,161 @@
+"""Token-length distributions: sampled for traces, discretised exactly for the planner.
+
+Each distribution has `sample(n, rng)` (integer token counts), `mean()` and `grid(n_points)`, a
+discretisation `(values, weights)` of the exact distribution whose weights sum to 1. The planner
+integrates over the grid (P(L>t), E[L|L>t]) instead of sampling, so its figures carry no sampling
+noise. Configs build them through `_target_`; constructors validate and raise InputError.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import special, stats
+
+from harness.errors import InputError
+
+DEFAULT_GRID_POINTS = 20_000
+
+
+def _positive_int(owner: str, field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{owner}.{field} must be a positive integer number of tokens, got {value!r}")
+    return int(value)
+
+
+def _normal_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """P(lo < Z < hi) for a standard normal, differenced on the side where it keeps precision."""
+    upper_tail = lo > 0
+    return np.where(upper_tail, special.ndtr(-lo) - special.ndtr(-hi), special.ndtr(hi) - special.ndtr(lo))
+
+
+class TruncatedLogNormal:
+    """exp(N(mu, sigma^2)) conditioned on [low, high] (the exact conditional law, not clipping).
+
+    The paper's workload is mu=9.90, sigma=1.00 on [128, 131072]. Samples are rounded to the
+    nearest integer; `grid` and `mean` describe the continuous law (the rounding moves the mean by
+    far less than a token).
+    """
+
+    def __init__(self, mu: float, sigma: float, low: float, high: float) -> None:
+        if not (math.isfinite(mu) and math.isfinite(sigma) and sigma > 0):
+            raise InputError(f"TruncatedLogNormal.sigma must be > 0 and mu finite, got mu={mu!r}, sigma={sigma!r}")
+        if not (0 < low < high and math.isfinite(high)):
+            raise InputError(f"TruncatedLogNormal needs 0 < low < high (tokens), got low={low!r}, high={high!r}")
+        self.mu, self.sigma, self.low, self.high = float(mu), float(sigma), float(low), float(high)
+        self._a = (math.log(self.low) - self.mu) / self.sigma
+        self._b = (math.log(self.high) - self.mu) / self.sigma
+        if float(_normal_mass(np.array(self._a), np.array(self._b))) <= 0:
+            raise InputError(f"TruncatedLogNormal: [low, high] = [{low}, {high}] holds no mass for mu={mu}, "
+                             f"sigma={sigma}")
+
+    def __repr__(self) -> str:
+        return f"TruncatedLogNormal(mu={self.mu}, sigma={self.sigma}, low={self.low:g}, high={self.high:g})"
+
+    def _z_ppf(self, q: np.ndarray) -> np.ndarray:
+        return stats.truncnorm.ppf(q, self._a, self._b)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        x = np.exp(self.mu + self.sigma * self._z_ppf(rng.random(n)))
+        # Rounding can only step outside [low, high] by less than one token at the edges.
+        return np.clip(np.rint(x), math.ceil(self.low), math.floor(self.high)).astype(np.int64)
+
+    def mean(self) -> float:
+        s = self.sigma
+        num = _normal_mass(np.array(self._a - s), np.array(self._b - s))
+        den = _normal_mass(np.array(self._a), np.array(self._b))
+        return float(math.exp(self.mu + s * s / 2) * num / den)
+
+    def grid(self, n_points: int = DEFAULT_GRID_POINTS) -> tuple[np.ndarray, np.ndarray]:
+        """Equal-probability bins; each value is the exact conditional mean of its bin.
+
+        So sum(values * weights) is the exact mean and any tail expectation is exact up to one
+        bin (1/n_points of probability).
+        """
+        edges = self._z_ppf(np.linspace(0.0, 1.0, n_points + 1))
+        edges[0], edges[-1] = self._a, self._b
+        mass = _normal_mass(edges[:-1], edges[1:])
+        s = self.sigma
+        partial = math.exp(self.mu + s * s / 2) * _normal_mass(edges[:-1] - s, edges[1:] - s)
+        keep = mass > 0
+        values = partial[keep] / mass[keep]
+        weights = mass[keep] / mass[keep].sum()
+        return values, weights
+
+
+class Fixed:
+    """Every request has exactly `value` tokens (the paper's output length: 1024)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = _positive_int("Fixed", "value", value)
+
+    def __repr__(self) -> str:
+        return f"Fixed({self.value})"
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.full(n, self.value, dtype=np.int64)
+
+    def mean(self) -> float:
+        return float(self.value)
+
+    def grid(self, n_points: int = DEFAULT_GRID_POINTS) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([float(self.value)]), np.array([1.0])
+
+
+class Uniform:
+    """Integers uniform on [low, high], both included."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = _positive_int("Uniform", "low", low)
+        self.high = _positive_int("Uniform", "high", high)
+        if self.high < self.low:
+            raise InputError(f"Uniform needs low <= high, got low={low}, high={high}")
+
+    def __repr__(self) -> str:
+        return f"Uniform({self.low}, {self.high})"
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(self.low, self.high + 1, size=n, dtype=np.int64)
+
+    def mean(self) -> float:
+        return (self.low + self.high) / 2
+
+    def grid(self, n_points: int = DEFAULT_GRID_POINTS) -> tuple[np.ndarray, np.ndarray]:
+        k = self.high - self.low + 1
+        bounds = np.unique(np.round(np.linspace(0, k, min(k, n_points) + 1)).astype(np.int64))
+        sizes = np.diff(bounds)
+        values = self.low + (bounds[:-1] + bounds[1:] - 1) / 2
+        return values.astype(np.float64), sizes / k
+
+
+class Empirical:
+    """Draws from a list of observed lengths (optionally weighted), e.g. a measured histogram."""
+
+    def __init__(self, values: Sequence[int], weights: Sequence[float] | None = None) -> None:
+        vals = [_positive_int("Empirical", "values[]", v) for v in values]
+        if not vals:
+            raise InputError("Empirical.values must not be empty")
+        if weights is None:
+            w = np.ones(len(vals))
+        else:
+            w = np.asarray(list(weights), dtype=np.float64)
+            if w.shape != (len(vals),) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+                raise InputError(f"Empirical.weights must be {len(vals)} non-negative numbers with a positive sum")
+        self.values = np.asarray(vals, dtype=np.int64)
+        self.weights = w / w.sum()
+
+    def __repr__(self) -> str:
+        return f"Empirical({len(self.values)} values)"
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.choice(self.values, size=n, p=self.weights).astype(np.int64)
+
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.weights))
+
+    def grid(self, n_points: int = DEFAULT_GRID_POINTS) -> tuple[np.ndarray, np.ndarray]:
+        values, inverse = np.unique(self.values, return_inverse=True)
+        weights = np.bincount(inverse, weights=self.weights, minlength=len(values))
+        return values.astype(np.float64), weights / weights.sum()

@@ -1,0 +1,91 @@
+"""The tidy frames: declared dtypes, required columns, atomic Parquet writes, append + consolidate."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.analysis import frames
+from harness.errors import InputError
+
+
+def record(i: int, **over) -> dict:
+    rec = {"deployment": "prfaas_pd", "request_id": i, "arrival_s": float(i), "input_tokens": 1000 + i,
+           "output_tokens": 64, "route": "prfaas", "ttft_s": 1.5, "finish_s": 10.0 + i, "error": None,
+           "session_id": None, "custom_counter": 7}
+    rec.update(over)
+    return rec
+
+
+def test_requests_frame_types_every_declared_column_and_keeps_extras():
+    df = frames.requests_frame([record(0), record(1, session_id=3, error="timeout")])
+    for name, col in frames.REQUEST_COLUMNS.items():
+        if name in ("scheduled_s", "sent_s", "lateness_s"):
+            assert name not in df.columns  # live-only stamps are not invented for sim runs
+            continue
+        assert str(df[name].dtype) == col.dtype, name
+    assert df["custom_counter"].tolist() == [7, 7]
+    assert df["cached_tokens"].tolist() == [0, 0]
+    assert df["error"].isna().tolist() == [True, False]  # None stays missing, not the text "None"
+    assert df["session_id"].tolist()[1] == 3 and pd.isna(df["session_id"].iloc[0])
+
+
+def test_missing_required_column_names_it():
+    rec = record(0)
+    del rec["arrival_s"]
+    with pytest.raises(InputError, match="arrival_s"):
+        frames.requests_frame([rec])
+
+
+def test_missing_integer_value_is_an_input_error_naming_the_column():
+    with pytest.raises(InputError, match="output_tokens"):
+        frames.requests_frame([record(0), record(1, output_tokens=None)])
+
+
+def test_unreadable_number_names_the_column():
+    with pytest.raises(InputError, match="ttft_s"):
+        frames.requests_frame([record(0, ttft_s="soon")])
+
+
+def test_empty_records_give_an_empty_typed_frame():
+    df = frames.requests_frame([])
+    assert len(df) == 0 and str(df["arrival_s"].dtype) == "float64"
+
+
+def test_timeseries_frame_sorts_by_time():
+    ts = frames.timeseries_frame([{"deployment": "d", "t_s": 2.0, "egress_gbps": 1.0},
+                                  {"deployment": "d", "t_s": 1.0, "egress_gbps": 3.0}])
+    assert ts["t_s"].tolist() == [1.0, 2.0] and ts["egress_gbps"].tolist() == [3.0, 1.0]
+
+
+def test_write_parquet_round_trips_and_leaves_no_temporary_file(tmp_path):
+    df = frames.requests_frame([record(i) for i in range(5)])
+    path = frames.write_parquet(df, tmp_path / "sub" / "requests.parquet")
+    frames.write_parquet(df.head(2), path)  # overwrite in place
+    assert sorted(p.name for p in path.parent.iterdir()) == ["requests.parquet"]
+    back = frames.read_parquet(path)
+    pd.testing.assert_frame_equal(back, df.head(2))
+
+
+def test_mixed_object_columns_are_written_as_strings(tmp_path):
+    df = pd.DataFrame({"x": ["a", 1.5, None], "y": [1, None, 2.5]})
+    back = frames.read_parquet(frames.write_parquet(df, tmp_path / "m.parquet"))
+    assert back["x"].tolist()[:2] == ["a", "1.5"] and pd.isna(back["x"].iloc[2])
+    assert back["y"].tolist()[0] == 1.0
+
+
+def test_read_parquet_of_a_missing_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="nothing.parquet"):
+        frames.read_parquet(tmp_path / "nothing.parquet")
+
+
+def test_append_then_consolidate_keeps_every_record_in_order(tmp_path):
+    path = tmp_path / "requests.parquet"
+    for batch in range(3):
+        frames.append_records(path, [record(batch * 10 + i) for i in range(4)])
+    partial = frames.read_parquet(path)  # an interrupted run is still readable from its parts
+    assert len(partial) == 12
+    df = frames.consolidate(path)
+    assert df["request_id"].tolist() == [b * 10 + i for b in range(3) for i in range(4)]
+    assert not (tmp_path / "requests.parquet.parts").exists()
+    assert frames.read_parquet(path)["request_id"].tolist() == df["request_id"].tolist()

@@ -1,0 +1,117 @@
+"""The sweep report over a fake multirun: rows, override columns, capacity, tables, figures, callback."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from harness.analysis import report as rep
+from harness.analysis import runs
+from harness.analysis.callback import ReportCallback
+from harness.errors import InputError
+from harness.report import run as report_cli
+
+FIGURES = ("fig_throughput_vs_load.png", "fig_ttft_vs_load.png", "fig_ttft_cdf.png", "fig_egress_timeseries.png",
+           "fig_table6.png")
+
+
+def test_report_has_one_row_per_run_with_override_columns(shared_sweep):
+    report = rep.build_report([shared_sweep])
+    assert len(report) == 9
+    assert sorted(report["loadgen.rate_rps"].unique()) == [1.0, 2.5, 4.0]
+    assert set(report["tag"]) == {"fake"}
+    assert report["load_rps"].tolist() == report["offered_rps"].tolist()
+    assert runs.deployments(report) == ["homogeneous_pd", "prfaas_pd", "naive_hetero"]
+
+
+@pytest.mark.parametrize(("deployment", "capacity"), [("homogeneous_pd", 2.0), ("prfaas_pd", 3.1), ("naive_hetero", 2.4)])
+def test_capacity_is_the_bottleneck_rate_of_each_fake_deployment(shared_sweep, deployment, capacity):
+    """The fake server completes at most `capacity` req/s: the 4 req/s run measures it within 3%."""
+    table = rep.deployment_table(rep.build_report([shared_sweep])).set_index("deployment")
+    assert table.loc[deployment, "capacity_rps"] == pytest.approx(capacity, rel=0.03)
+    assert table.loc[deployment, "x_homogeneous_pd"] == pytest.approx(capacity / 2.0, rel=0.05)
+    assert table.loc[deployment, "low_load_rps"] == 1.0
+    assert table.loc[deployment, "cap_load_rps"] == (2.5 if capacity > 2.5 else 1.0)
+
+
+def test_light_load_runs_measure_the_offered_rate(shared_sweep):
+    report = rep.build_report([shared_sweep])
+    light = report[report["offered_rps"] == 1.0]
+    assert light["steady_throughput_rps"].tolist() == pytest.approx([1.0, 1.0, 1.0], rel=0.02)
+
+
+def test_printed_report_has_a_deployment_table_and_one_line_per_run(shared_sweep):
+    text = rep.format_report(rep.build_report([shared_sweep]))
+    lines = text.splitlines()
+    header = next(line for line in lines if line.strip().startswith("deployment") and "capacity_rps" in line)
+    assert "x_homogeneous_pd" in header and "ttft_p90_s@low" in header and "egress_gbps@cap" in header
+    run_lines = [line for line in lines if "_pd_" in line or "_hetero_" in line]
+    assert len(run_lines) == 9
+
+
+def test_report_cli_writes_parquet_and_figures_including_planner_sweeps(sweep, capsys):
+    pd.DataFrame({"threshold_tokens": [1e4, 2e4], "lambda_rps": [2.0, 3.0], "prfaas_bound_rps": [2.0, 3.0],
+                  "pd_p_bound_rps": [5.0, 3.1]}).to_parquet(sweep / "plan_sweep_threshold.parquet")
+    pd.DataFrame({"n_prefill": [1, 2], "lambda_rps": [1.0, 2.0], "prefill_bound_rps": [1.0, 2.0],
+                  "decode_bound_rps": [4.0, 3.0]}).to_parquet(sweep / "plan_sweep_split.parquet")
+    assert report_cli([str(sweep)]) == 0
+    assert "capacity_rps" in capsys.readouterr().out
+    assert len(pd.read_parquet(sweep / "report.parquet")) == 9
+    for name in (*FIGURES, "fig_plan_threshold.png", "fig_plan_split.png"):
+        assert (sweep / name).read_bytes()[:4] == b"\x89PNG", name
+
+
+def test_report_cli_no_figures_and_out_dir(sweep, tmp_path, capsys):
+    out_dir = tmp_path / "elsewhere"
+    assert report_cli([str(sweep), "--out", str(out_dir), "--no-figures"]) == 0
+    assert sorted(p.name for p in out_dir.iterdir()) == ["report.parquet"]
+    assert not (sweep / "report.parquet").exists()
+
+
+
+
+def test_report_moved_away_from_its_runs_still_rebuilds_without_the_cdf(sweep, tmp_path, capsys):
+    report_cli([str(sweep), "--no-figures"])
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(sweep / "report.parquet", alone / "report.parquet")
+    shutil.rmtree(sweep)
+    assert report_cli([str(alone)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped fig_ttft_cdf.png" in out and "skipped fig_plan_split.png: no plan_sweep_split.parquet" in out
+    assert (alone / "fig_throughput_vs_load.png").exists()
+
+
+def test_no_runs_is_an_input_error_and_exit_2(tmp_path, capsys):
+    with pytest.raises(InputError, match="no run directory"):
+        rep.build_report([tmp_path])
+    with pytest.raises(SystemExit) as exc:
+        report_cli([str(tmp_path)])
+    assert exc.value.code == 2 and "error: no run directory" in capsys.readouterr().err
+
+
+def test_cdf_runs_pick_a_common_moderate_load(shared_sweep):
+    """60% of the smallest capacity (2.0) is 1.2 req/s: the common load closest to it is 1.0."""
+    load, chosen = rep.cdf_runs(rep.build_report([shared_sweep]))
+    assert load == 1.0 and set(chosen) == {"homogeneous_pd", "prfaas_pd", "naive_hetero"}
+    assert all("_1.0" in d for d in chosen.values())
+
+
+def test_egress_figure_uses_prfaas_pd_near_capacity(shared_sweep):
+    name, run_dir = rep.egress_run(rep.build_report([shared_sweep]))
+    assert name == "prfaas_pd" and run_dir.endswith("prfaas_pd_2.5")
+
+
+def test_callback_reports_the_sweep_dir_at_multirun_end(sweep, capsys):
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "analysis": {"figures": False}})
+    ReportCallback().on_multirun_end(config)
+    assert "capacity_rps" in capsys.readouterr().out
+    assert (sweep / "report.parquet").exists() and not (sweep / "fig_table6.png").exists()
+
+
+def test_callback_prints_an_error_instead_of_crashing_an_empty_sweep(tmp_path, capsys):
+    ReportCallback(figures=False).on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert "error: report of" in capsys.readouterr().err

@@ -1,0 +1,58 @@
+"""Routers' decisions as a table: request lengths and cache state -> cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, RoutedRequest
+from harness.deploy.router.homogeneous import HomogeneousRouter
+from harness.deploy.router.naive import NaiveRouter
+from harness.deploy.router.prfaas import PrfaasRouter
+from harness.errors import InputError
+
+VIEW = ClusterView(has_prfaas=True, has_local_prefill=True, egress_utilisation=0.1, link_capacity_gbps=100.0,
+                   prfaas_backlog_s=0.0, local_backlog_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("input_tokens", "cached_local", "cached_prfaas", "expected"),
+    [
+        (30_000, 0, 0, PRFAAS),  # long, nothing cached
+        (20_000, 0, 0, LOCAL),  # exactly at t stays local (l <= t)
+        (20_001, 0, 0, PRFAAS),
+        (10_000, 0, 0, LOCAL),
+        (60_000, 50_000, 0, LOCAL),  # long prompt but only 10K incremental after the local prefix
+        (60_000, 0, 50_000, PRFAAS),  # a remote prefix does not shorten the local decision
+    ],
+)
+def test_prfaas_threshold_on_incremental_length(input_tokens, cached_local, cached_prfaas, expected):
+    router = PrfaasRouter(threshold_tokens=20_000)
+    assert router.route(RoutedRequest(input_tokens, cached_local, cached_prfaas), VIEW) == expected
+
+
+def test_prfaas_router_falls_back_when_a_cluster_is_missing():
+    router = PrfaasRouter(threshold_tokens=1000)
+    no_remote = ClusterView(False, True, 0.0, 0.0, float("inf"), 0.0)
+    no_local_prefill = ClusterView(True, False, 0.0, 100.0, 0.0, float("inf"))
+    assert router.route(RoutedRequest(50_000, 0, 0), no_remote) == LOCAL
+    assert router.route(RoutedRequest(10, 0, 0), no_local_prefill) == PRFAAS
+
+
+def test_prfaas_router_takes_the_planned_threshold_only_when_unset():
+    unset, fixed = PrfaasRouter(), PrfaasRouter(threshold_tokens=5000)
+    unset.configure(12_345)
+    fixed.configure(12_345)
+    assert unset.threshold_tokens == 12_345
+    assert fixed.threshold_tokens == 5000
+
+
+def test_prfaas_router_rejects_a_negative_threshold():
+    with pytest.raises(InputError, match="threshold_tokens"):
+        PrfaasRouter(threshold_tokens=-1)
+
+
+@pytest.mark.parametrize("tokens", [100, 19_400, 131_072])
+def test_baselines_ignore_length(tokens):
+    request = RoutedRequest(tokens, 0, 0)
+    assert HomogeneousRouter().route(request, VIEW) == LOCAL
+    assert NaiveRouter().route(request, VIEW) == PRFAAS

@@ -1,0 +1,132 @@
+"""Trace readers and writers: round trips, load reports and every kind of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.errors import InputError
+from harness.workload.formats import detect_format, load_trace, read_trace, write_trace
+from harness.workload.request import Request
+
+REPO = Path(__file__).resolve().parents[3]
+DATA = REPO / "tests" / "data"
+SYNTHETIC_GZ = REPO / "traces" / "mooncake_synthetic_trace.jsonl.gz"
+
+
+def test_staged_trace_round_trips_through_parquet_byte_for_byte(tmp_path):
+    """Mooncake JSONL -> Parquet -> JSONL gives back the original file exactly."""
+    original = gzip.decompress(SYNTHETIC_GZ.read_bytes())
+    requests = read_trace(SYNTHETIC_GZ)
+    write_trace(requests, tmp_path / "t.parquet")
+    again = read_trace(tmp_path / "t.parquet")
+    assert again == requests
+    write_trace(again, tmp_path / "t.jsonl")
+    assert (tmp_path / "t.jsonl").read_bytes() == original
+    write_trace(again, tmp_path / "t.jsonl.gz")
+    assert read_trace(tmp_path / "t.jsonl.gz") == requests
+
+
+def test_parquet_keeps_sessions_and_exact_times(tmp_path):
+    reqs = [Request(3, 0.1234567891, 600, 5, (1, 2), session_id=9, turn=1), Request(8, 2.5, 100, 1, (1,))]
+    write_trace(reqs, tmp_path / "s.parquet")
+    assert read_trace(tmp_path / "s.parquet") == reqs
+    write_trace(reqs, tmp_path / "s.jsonl")
+    back = read_trace(tmp_path / "s.jsonl")
+    assert [(r.session_id, r.turn, r.hash_ids) for r in back] == [(9, 1, (1, 2)), (None, None, (1,))]
+    assert back[0].arrival_s == 0.123  # JSONL keeps whole milliseconds
+
+
+def test_csv_round_trip(tmp_path):
+    reqs = [Request(0, 0.0, 600, 5, (0, 1)), Request(1, 0.3333333333333333, 100, 1, (2,))]
+    write_trace(reqs, tmp_path / "a.csv")
+    assert (tmp_path / "a.csv").read_text().splitlines()[0] == "TIMESTAMP,ContextTokens,GeneratedTokens"
+    back, report = load_trace(tmp_path / "a.csv")
+    assert back == reqs  # fresh ids happen to be the same consecutive ids here
+    assert report.synthesised_hash_ids == 2
+
+
+def test_azure_iso_datetimes_become_seconds():
+    reqs, report = load_trace(DATA / "tiny_azure.csv")
+    assert [r.arrival_s for r in reqs] == pytest.approx([0.0, 4.314579, 4.31941])
+    assert [r.input_tokens for r in reqs] == [4808, 3180, 110]
+    assert report.rebased_from.startswith("2023-11-16T18:15:46.68059")
+    assert any("datetimes" in line for line in report.lines())
+
+
+def test_report_counts_clipped_dropped_and_synthesised(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [5, 6]}\n'
+                    '{"timestamp": 1, "input_length": 0, "output_length": 3, "hash_ids": []}\n'
+                    '\n'
+                    '{"timestamp": 2, "input_length": 10, "output_length": 3}\n')
+    reqs, report = load_trace(path)
+    assert (report.rows, report.clipped_output, report.dropped_empty_prompt, report.synthesised_hash_ids) == \
+        (3, 1, 1, 1)
+    assert [(r.output_tokens, r.hash_ids) for r in reqs] == [(1, (5, 6)), (3, (7,))]
+    assert len(report.lines()) == 3
+
+
+def test_tiny_fixture_and_block_size(tmp_path):
+    reqs = read_trace(DATA / "tiny_mooncake.jsonl")
+    assert [r.arrival_s for r in reqs] == [0.0, 0.0, 1.5, 3.001]
+    assert reqs[2].session_id == 7 and reqs[2].turn == 2
+    path = tmp_path / "b16.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]}\n')
+    assert read_trace(path, block_tokens=16)[0].hash_ids == (1, 2, 3)
+    with pytest.raises(InputError, match="block_tokens=512"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("a.jsonl", "jsonl"), ("a.JSONL.GZ", "jsonl"), ("a.csv", "csv"),
+                                           ("a.csv.gz", "csv"), ("a.parquet", "parquet")])
+def test_detect_format(name, fmt):
+    assert detect_format(name) == fmt
+
+
+def test_unknown_format():
+    with pytest.raises(InputError, match="cannot tell the trace format"):
+        detect_format("trace.txt")
+    with pytest.raises(InputError, match="unknown trace format 'xml'"):
+        detect_format("trace.jsonl", "xml")
+
+
+# Each file of tests/data/bad_traces/ holds one kind of bad input; expected.json lists the texts its
+# one-line error must contain (file:line and the field).
+BAD_DIR = DATA / "bad_traces"
+BAD_INPUTS = json.loads((BAD_DIR / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_names_file_line_and_field(name):
+    with pytest.raises(InputError) as err:
+        read_trace(BAD_DIR / name)
+    message = str(err.value)
+    assert "\n" not in message
+    for text in BAD_INPUTS[name]:
+        assert text in message
+
+
+def test_bad_parquet(tmp_path):
+    path = tmp_path / "p.parquet"
+    pd.DataFrame({"request_id": [0], "arrival_s": [0.0], "input_tokens": [600]}).to_parquet(path)
+    with pytest.raises(InputError, match="output_tokens"):
+        read_trace(path)
+    write_trace([Request(0, 0.0, 600, 5, (1, 2, 3))], path)
+    with pytest.raises(InputError, match=r"row 0 \(request_id 0\): field 'hash_ids'"):
+        read_trace(path)
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    with pytest.raises(InputError, match="cannot read as Parquet"):
+        read_trace(tmp_path / "junk.parquet")
+
+
+def test_missing_file_and_bad_gzip(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_trace(tmp_path / "nope.jsonl")
+    (tmp_path / "bad.jsonl.gz").write_text("plain text")
+    with pytest.raises(InputError, match="gzip"):
+        read_trace(tmp_path / "bad.jsonl.gz")
