@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.errors import InputError, choices
 from harness.hydra_entry import hydra_entry
 
-MODES = ("sim",)
+MODES = ("sim", "live", "url")
 
 
 def _run_dir(cfg: DictConfig) -> Path:
@@ -31,12 +31,19 @@ def run(cfg: DictConfig) -> dict:
 
     if cfg.mode not in MODES:
         raise InputError(f"mode={cfg.mode!r} is not available in this build; valid: {choices(MODES)}")
-    from harness.sim import run_sim
+    if cfg.mode == "sim":
+        from harness.sim import run_sim
 
-    result = run_sim(cfg)
+        result = run_sim(cfg)
+    else:  # live: the emulator behind HTTP in this process; url: an external endpoint
+        from harness.loadgen.run import run_live, run_url, write_extras
+
+        result = run_live(cfg) if cfg.mode == "live" else run_url(cfg)
     out = _run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
+    if cfg.mode != "sim":
+        write_extras(out, result)
     return summary
 
 

@@ -6,7 +6,9 @@ Plans every deployment in `planner.deployments` (each composed with this run's o
   plan_sweep_threshold.parquet   Lambda and its bounds vs t at each deployment's chosen split (Fig. 5b)
   plan_sweep_split.parquet       Lambda, prefill and decode bounds vs N_p at the chosen t (Fig. 5a)
   plan_projection.parquet        Eq. 2: B_out = (N/P) * Phi_kv(L) for planner.projection.gpus
-and prints a table.
+and prints a table. A `deployment=` override is replaced per plan: choose deployments with
+`planner.deployments=[...]`. With `-m`, drop the default experiment's deployment x rate sweep with
+`~experiment` (e.g. `harness-plan -m link.capacity_gbps=5,25,100 ~experiment`).
 """
 
 from __future__ import annotations

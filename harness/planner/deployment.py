@@ -100,7 +100,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     t_decode = (number(dep, "decode_step_s", "deployment", minimum=0, exclusive=True) if override is not None
                 else local_prof.t_decode_s)
     if local_prof.bs_max < 1:
-        raise InputError(f"no feasible configuration: a decode instance of {model_cfg_name(local_prof)} cannot hold "
+        raise InputError(f"no feasible configuration: a decode instance of {_describe(local_prof)} cannot hold "
                          f"one sequence within the {slo:g} tok/s SLO and its KV memory")
 
     n_p, n_d = _splits(local, n_local, remote_prof is not None)
@@ -124,5 +124,5 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     )
 
 
-def model_cfg_name(profile: InstanceProfile) -> str:
+def _describe(profile: InstanceProfile) -> str:
     return f"{profile.model} on {profile.gpus_per_instance} x {profile.hardware}"

@@ -197,3 +197,17 @@ def test_bad_gpu_count_and_missing_hardware(internal, compose_cfg, hardware):
         build_profile(compose_cfg([]).model, None)
     with pytest.raises(InputError, match="model.name is missing"):
         build_profile({"name": "???"}, hardware["h200"])
+
+
+def test_eq1_reproduces_table5_kv_throughput_column(internal):
+    """Phi_kv = S_kv / T_prefill with MiB binary and Gbps decimal gives Table 5's 3.61/3.59/3.19/2.62 Gbps."""
+    phi = internal["h200"].phi_kv_gbps(np.array([1024, 8192, 32768, 131072.0]))
+    np.testing.assert_allclose(phi, [3.61, 3.59, 3.19, 2.62], rtol=0.015)
+
+
+def test_linear_fit_option_for_measured_kv(compose_cfg, hardware):
+    """The least-squares line through Table 5: ~172.0 MiB + ~17,143 B/token (paper-facts 12.2)."""
+    prof = build_profile(compose_cfg(["model.measured_kv.interpolation=linear_fit"]).model, hardware["h200"])
+    assert prof.kv_bytes(0) / MIB == pytest.approx(172.0, abs=0.5)
+    assert prof.kv_bytes(100_000) - prof.kv_bytes(0) == pytest.approx(100_000 * 17_143, rel=0.002)
+    assert "linear-fit" in prof.provenance["kv_bytes"]

@@ -1,0 +1,148 @@
+"""The OpenAI-compatible aiohttp application in front of a `LiveEngine`: all routes in one place.
+
+Bad input never reaches the deployment: the `api_errors` middleware turns `ApiError` and aiohttp's
+own HTTP errors (unknown route, wrong method, oversized body) into OpenAI error objects with their
+4xx status, and anything unexpected into a 500 of the same shape, so the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from harness.live.engine import LiveEngine, LiveJob
+from harness.live.protocol import ApiError, GenerationParams, parse_generation
+from harness.live.responses import DONE, ChunkWriter, full_response, usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    served_model: str
+    max_model_len: int = 262144
+    default_max_tokens: int = 16
+    stream_interval_tokens: int = 1
+    max_body_bytes: int = 32 << 20
+
+
+ENGINE = web.AppKey("engine", LiveEngine)
+OPTIONS = web.AppKey("options", ServeOptions)
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+@web.middleware
+async def api_errors(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except ApiError as err:
+        response = web.json_response(err.body(), status=err.status)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        err = ApiError(exc.status, message, code=_HTTP_CODES.get(exc.status, exc.status))
+        response = web.json_response(err.body(), status=exc.status)
+    except Exception as exc:  # a harness bug: answer it, log it, keep serving
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = web.json_response(ApiError(500, f"internal error: {exc!r}").body(), status=500)
+    resource = request.match_info.route.resource
+    endpoint = resource.canonical if resource is not None else "unmatched"
+    request.app[ENGINE].metrics.http[endpoint, response.status] += 1
+    return response
+
+
+def make_app(engine: LiveEngine, options: ServeOptions) -> web.Application:
+    app = web.Application(client_max_size=options.max_body_bytes, middlewares=[api_errors])
+    app[ENGINE] = engine
+    app[OPTIONS] = options
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": options.served_model, "object": "model", "created": 0, "owned_by": "harness",
+            "max_model_len": options.max_model_len}]})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=engine.metrics.render(engine), content_type="text/plain",
+                            headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, engine, options, "completions")
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await _generate(request, engine, options, "chat")
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def _generate(request: web.Request, engine: LiveEngine, options: ServeOptions, api: str) -> web.StreamResponse:
+    raw = await request.read()  # aiohttp raises 413 past client_max_size
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from err
+    params = parse_generation(body, api, served_model=options.served_model, max_model_len=options.max_model_len,
+                              default_max_tokens=options.default_max_tokens)
+    live = engine.submit(params.prompt_ids, params.max_tokens, request.headers.get("X-Request-Id"))
+    if live.error is not None:  # refused on arrival (e.g. its KV fits no decode instance)
+        raise ApiError(400, f"the emulated deployment cannot serve this request: {live.error}", code="unservable")
+    rid = f"{'chatcmpl' if api == 'chat' else 'cmpl'}-{live.request.request_id}"
+    created = int(time.time())
+    if params.stream:
+        return await _stream(request, engine, options, live, params, rid, created)
+    await live.done
+    if live.error is not None:
+        raise ApiError(503, f"request failed: {live.error}", code="request_failed")
+    record = live.record
+    body = full_response(api, rid, created, params.model, params.max_tokens,
+                         usage(record["input_tokens"], record["output_tokens"], record["cached_tokens"]))
+    return web.json_response(body)
+
+
+async def _stream(request: web.Request, engine: LiveEngine, options: ServeOptions, live: LiveJob,
+                  params: GenerationParams, rid: str, created: int) -> web.StreamResponse:
+    """SSE: the first token in its own chunk at once, then a chunk whenever `stream_interval_tokens`
+    more exist (all produced tokens if the handler woke late), the rest with the finish reason,
+    then the usage chunk (if asked) and `[DONE]`."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    writer = ChunkWriter(params.api, rid, created, params.model, params.include_usage)
+    n, interval = params.max_tokens, options.stream_interval_tokens
+    sent = 0
+    try:
+        await live.first_token
+        while live.record is None:
+            done = min(engine.tokens_done(live), n)
+            if done >= n:
+                await live.done  # every token exists: the last ones go out with the finish reason
+                break
+            if done > sent and (sent == 0 or done - sent >= interval):
+                await response.write(writer.tokens(done - sent))
+                sent = done
+            await engine.sleep_until(live, engine.token_time_s(live, min(n, sent + interval)))
+        record = live.record
+        if record["error"] is not None:
+            await response.write(writer.error(503, f"request failed: {record['error']}"))
+        else:
+            await response.write(writer.tokens(n - sent, "length"))
+            if params.include_usage:
+                await response.write(writer.usage(usage(record["input_tokens"], record["output_tokens"],
+                                                        record["cached_tokens"])))
+        await response.write(DONE)
+        await response.write_eof()
+    except ConnectionError:  # the client went away; the emulated request runs to its end regardless
+        engine.metrics.disconnects += 1
+    return response

@@ -1,0 +1,141 @@
+"""The emulated deployment as the HTTP handlers see it: submit a prompt, await its first token,
+follow its tokens, await its record.
+
+The deployment calls back once at the first token and once with the request's record (completed
+or failed); `LiveEngine` turns those calls into asyncio futures. Between them a streaming handler
+asks when the k-th token will exist (`token_time_s`) and sleeps until then, so a stream costs one
+timer per chunk, never one per emulated token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections.abc import Sequence
+
+from harness.deploy.deployment import Deployment
+from harness.deploy.job import Job
+from harness.live.clock import ScheduledLoopClock
+from harness.live.metrics import ServerMetrics
+from harness.live.tokens import block_hash_ids
+from harness.workload.request import Request
+
+# When a token's time cannot be predicted (not decoding yet, or a deployment whose decode
+# instances do not expose their step timeline), look again after this many wall seconds.
+_POLL_WALL_S = 0.005
+
+
+class LiveJob:
+    """One HTTP request inside the deployment. `record` is set once, when the request ends."""
+
+    __slots__ = ("request", "job", "client_id", "first_token", "done", "record", "wake")
+
+    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop, client_id: str | None) -> None:
+        self.request = request
+        self.job: Job | None = None
+        self.client_id = client_id
+        self.first_token: asyncio.Future[None] = loop.create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.record: dict | None = None
+        self.wake: asyncio.Future[None] | None = None
+
+    @property
+    def error(self) -> str | None:
+        return self.record.get("error") if self.record is not None else None
+
+
+def _resolve(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
+class LiveEngine:
+    def __init__(self, deployment: Deployment, clock: ScheduledLoopClock, loop: asyncio.AbstractEventLoop, *,
+                 block_tokens: int) -> None:
+        self.deployment = deployment
+        self.clock = clock
+        self.loop = loop
+        self.block_tokens = block_tokens
+        self.metrics = ServerMetrics()
+        self.client_ids: dict[int, str] = {}  # deployment request id -> the client's X-Request-Id
+        self._ids = itertools.count()
+        self._live: dict[int, LiveJob] = {}
+        self._decode = {d.name: d for d in deployment.decode}
+        deployment.on_first_token = self._on_first_token
+        deployment.on_record = self._on_record
+
+    # -- requests -----------------------------------------------------------------------------
+    def submit(self, prompt_ids: Sequence[int], max_tokens: int, client_id: str | None = None) -> LiveJob:
+        """Hand a prompt to the deployment now; a request it refuses outright ends at once (record set)."""
+        rid = next(self._ids)
+        request = Request(rid, self.clock.now(), len(prompt_ids), max_tokens,
+                          block_hash_ids(prompt_ids, self.block_tokens))
+        live = LiveJob(request, self.loop, client_id)
+        self._live[rid] = live
+        if client_id is not None:
+            self.client_ids[rid] = client_id
+        self.metrics.on_submit(request)
+        live.job = self.deployment.submit(request)
+        return live
+
+    def _on_first_token(self, job: Job) -> None:
+        live = self._live.get(job.request.request_id)
+        if live is not None:
+            _resolve(live.first_token)
+            _resolve(live.wake)
+
+    def _on_record(self, record: dict) -> None:
+        self.metrics.on_record(record)
+        live = self._live.pop(record["request_id"], None)
+        if live is None:
+            return
+        live.record = record
+        _resolve(live.first_token)
+        _resolve(live.done)
+        _resolve(live.wake)
+
+    # -- token timeline -----------------------------------------------------------------------
+    def tokens_done(self, live: LiveJob) -> int:
+        if live.record is not None:
+            return live.request.output_tokens if live.error is None else 0
+        return self.deployment.tokens_done(live.job) if live.job is not None else 0
+
+    def token_time_s(self, live: LiveJob, k: int) -> float:
+        """Emulated time at which the k-th output token (1-based) exists, if the decode batch keeps
+        its current membership; NaN when it cannot be predicted.
+
+        Implementation note: reads the decode instance's step timeline (`_step`, `_step_t`, `_dt`),
+        the same quantities its own `tokens_done` uses; a membership change can move the answer,
+        so callers re-check `tokens_done` after waking.
+        """
+        job = live.job
+        instance = self._decode.get(job.decode_instance) if job is not None else None
+        join = job.extra.get("join_step") if job is not None else None
+        dt = getattr(instance, "_dt", 0.0)
+        if instance is None or join is None or not dt > 0:
+            return math.nan
+        return instance._step_t + (join + k - 1 - instance._step) * dt
+
+    async def sleep_until(self, live: LiveJob, t_s: float) -> None:
+        """Sleep until emulated time t_s (NaN: a short poll), or until the request ends."""
+        if live.record is not None:
+            return
+        loop = self.loop
+        when = loop.time() + _POLL_WALL_S if math.isnan(t_s) else self.clock.to_loop_time(t_s)
+        fut = live.wake = loop.create_future()
+        handle = loop.call_at(when, _resolve, fut)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            live.wake = None
+
+    # -- shutdown -----------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return len(self._live)
+
+    def close(self, reason: str = "server shut down before the request completed") -> None:
+        """Fail every request still in the deployment (each gets its record, its handler wakes)."""
+        self.deployment.close(reason)

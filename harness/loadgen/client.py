@@ -1,0 +1,159 @@
+"""An OpenAI-compatible HTTP target: POST one request, stream its SSE chunks, stamp each one.
+
+Works against any server following the OpenAI/vLLM conventions (the live emulator, vLLM, SGLang).
+Every failure becomes the record's `error` (HTTP status and the server's message, refused
+connection, timeout, broken or truncated stream); `send` raises only on cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from harness.loadgen.clock import Clock
+from harness.loadgen.prompts import PromptBuilder, request_body
+from harness.loadgen.records import RequestRecord
+from harness.workload.request import Request
+
+API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
+
+
+def v1_base(url: str) -> str:
+    """`http://host:port` or `http://host:port/v1` -> the `/v1` base every path hangs off."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+async def discover_model(session: aiohttp.ClientSession, url: str, timeout_s: float = 30.0) -> str:
+    """The first model id the endpoint lists at /v1/models (what `vllm bench serve` does)."""
+    async with session.get(v1_base(url) + "/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        resp.raise_for_status()
+        data = await resp.json()
+    models = data.get("data") or []
+    if not models:
+        raise ValueError(f"{url}/v1/models lists no model; set target.model")
+    return str(models[0]["id"])
+
+
+def _error_message(status: int, text: str) -> str:
+    try:
+        err = json.loads(text)
+        err = err.get("error", err) if isinstance(err, dict) else err
+        message = err.get("message", text) if isinstance(err, dict) else text
+    except ValueError:
+        message = text
+    return f"HTTP {status}: {str(message).strip()[:300]}"
+
+
+def _choice_text(choice: dict[str, Any]) -> str | None:
+    text = choice.get("text")
+    if text is None:
+        delta = choice.get("delta") or choice.get("message") or {}
+        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+    return text
+
+
+class OpenAIHttpTarget:
+    """Sends `Request`s to `url` (`api`: completions with token-id prompts, or chat with text)."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, *, model: str, clock: Clock,
+                 prompts: PromptBuilder, api: str = "completions", stream: bool = True, ignore_eos: bool = True,
+                 timeout_s: float = 600.0) -> None:
+        if api not in API_PATHS:
+            raise ValueError(f"target.api must be one of {', '.join(API_PATHS)}, got {api!r}")
+        self.session = session
+        self.endpoint = v1_base(url) + API_PATHS[api]
+        self.model, self.clock, self.prompts = model, clock, prompts
+        self.api, self.stream, self.ignore_eos = api, stream, ignore_eos
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
+
+    def prepare(self, request: Request) -> bytes:
+        return request_body(self.prompts, request, api=self.api, model=self.model, stream=self.stream,
+                            ignore_eos=self.ignore_eos)
+
+    async def send(self, body: bytes, record: RequestRecord) -> None:
+        headers = {"Content-Type": "application/json", "X-Request-Id": str(record.request_id)}
+        try:
+            async with self.session.post(self.endpoint, data=body, headers=headers, timeout=self.timeout) as resp:
+                record.http_status = resp.status
+                if resp.status != 200:
+                    record.error = _error_message(resp.status, await resp.text(errors="replace"))
+                elif self.stream:
+                    await self._read_stream(resp, record)
+                else:
+                    await self._read_whole(resp, record)
+        except asyncio.TimeoutError:
+            record.error = f"timeout: no complete response within target.timeout_s={self.timeout_s:g} s"
+        except aiohttp.ClientError as err:
+            record.error = f"{type(err).__name__}: {err}"
+        except (ValueError, KeyError, TypeError, AttributeError) as err:  # a body that is not what the API says
+            record.error = f"malformed response: {type(err).__name__}: {err}"
+
+    async def _read_whole(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+        data = await resp.json(content_type=None)
+        now = self.clock.now_ns()
+        if data.get("error"):
+            record.error = _error_message(resp.status, json.dumps(data))
+            return
+        choices = data.get("choices") or []
+        if not choices or not _choice_text(choices[0]):
+            record.error = "response carried no output tokens"
+            return
+        record.first_token_ns = record.last_token_ns = now
+        record.chunk_ns.append(now)
+        self._usage(data.get("usage"), record)
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+        """Parse SSE events as bytes arrive; each event is stamped with its arrival time."""
+        buffer = b""
+        saw_done = False
+        clock, chunks = self.clock, record.chunk_ns
+        async for piece in resp.content.iter_any():
+            now = clock.now_ns()
+            buffer += piece
+            if b"\r" in buffer:
+                buffer = buffer.replace(b"\r\n", b"\n")
+            *events, buffer = buffer.split(b"\n\n")
+            for event in events:
+                for line in event.split(b"\n"):
+                    if not line.startswith(b"data:"):
+                        continue  # comments, event names, keep-alives
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        saw_done = True
+                        continue
+                    obj = json.loads(payload)
+                    if obj.get("error"):
+                        err = obj["error"]
+                        record.error = f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
+                        return
+                    choices = obj.get("choices")
+                    if choices and _choice_text(choices[0]):
+                        if record.first_token_ns is None:
+                            record.first_token_ns = now
+                        record.last_token_ns = now
+                        chunks.append(now)
+                    if obj.get("usage"):
+                        self._usage(obj["usage"], record)
+        if not saw_done:
+            record.error = "stream ended before `data: [DONE]`"
+        elif record.first_token_ns is None:
+            record.error = "stream carried no output tokens"
+
+    @staticmethod
+    def _usage(usage: dict[str, Any] | None, record: RequestRecord) -> None:
+        """The server's token counts replace the requested ones."""
+        if not usage:
+            return
+        record.usage_reported = True
+        if usage.get("prompt_tokens") is not None:
+            record.input_tokens = int(usage["prompt_tokens"])
+        if usage.get("completion_tokens") is not None:
+            record.output_tokens = int(usage["completion_tokens"])
+        details = usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            record.cached_tokens = int(details["cached_tokens"])

@@ -1,0 +1,137 @@
+"""The load generator's lifecycle: schedule on absolute targets, send, record, wait for stragglers.
+
+Read top-down:
+  1. fix the start time and each request's absolute send time (start + offset / time_scale);
+  2. start a watcher that measures how late this event loop wakes (the generator's own health);
+  3. offer the requests: open loop (each at its target, however many are in flight) or closed loop
+     (`concurrency` workers, each sending its next request when the previous one ends);
+  4. one TaskGroup holds every request in flight and waits for them all; each ends in exactly one
+     `RequestRecord`, its failure (if any) recorded as data;
+  5. stop the watcher and hand back the records.
+A target is anything with `prepare(request) -> body` (CPU work, done before the send time) and
+`async send(body, record)` (fills the record; raises only on cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+from harness.errors import require
+from harness.loadgen.clock import Clock, MonotonicClock
+from harness.loadgen.records import RequestRecord
+from harness.workload.request import Request
+
+
+class Target(Protocol):
+    def prepare(self, request: Request) -> Any: ...
+
+    async def send(self, body: Any, record: RequestRecord) -> None: ...
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]
+    t0_ns: int  # run-clock zero (monotonic ns)
+    time_scale: float
+    open_loop: bool
+    loop_lag_ns: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0  # this process's CPU time during the run (all threads)
+
+
+async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock | None = None,
+                   time_scale: float = 1.0, concurrency: int | None = None, max_duration_s: float | None = None,
+                   warmup_s: float = 0.0, progress: bool = False, start_ns: int | None = None,
+                   lag_period_s: float | None = 0.01) -> LoadResult:
+    """Offer `requests` to `target`; times in the requests (arrival_s, max_duration_s, warmup_s) are
+    run-clock seconds, run `time_scale` times faster than the wall clock."""
+    require(time_scale > 0 and math.isfinite(time_scale), f"time_scale must be finite and > 0, got {time_scale}")
+    require(concurrency is None or concurrency >= 1, f"loadgen.concurrency must be >= 1, got {concurrency}")
+    clock = clock or MonotonicClock()
+    ns_per_run_s = 1e9 / time_scale
+    # 1. The start and the absolute targets.
+    ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+    t0 = clock.now_ns() if start_ns is None else start_ns
+    warmup_end = t0 + round(warmup_s * ns_per_run_s)
+    stop_at = math.inf if max_duration_s is None else t0 + max_duration_s * ns_per_run_s
+    records: list[RequestRecord] = []
+    bar = tqdm(total=len(ordered), desc="load", unit="req", leave=False, disable=None if progress else True,
+               mininterval=0.5)
+
+    def new_record(request: Request, scheduled_ns: int) -> RequestRecord:
+        record = RequestRecord(request.request_id, scheduled_ns, request.input_tokens,
+                               max(1, request.output_tokens), request.session_id,
+                               warmup=scheduled_ns < warmup_end)
+        records.append(record)
+        return record
+
+    async def send(body: Any, record: RequestRecord) -> None:
+        record.sent_ns = clock.now_ns()
+        try:
+            await target.send(body, record)
+        except asyncio.CancelledError:
+            record.error = record.error or "cancelled: the run was interrupted"
+            raise
+        except Exception as exc:  # a target bug must not cost the record (or the run)
+            record.error = record.error or f"{type(exc).__name__}: {exc}"
+        finally:
+            record.done_ns = clock.now_ns()
+            bar.update(1)
+
+    # 2. The loop watcher.
+    lags: list[int] = []
+    watcher = asyncio.create_task(_watch_loop(clock, t0, lag_period_s, lags)) if lag_period_s else None
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    try:
+        # 3-4. Offer the requests; the TaskGroup waits for the last one.
+        async with asyncio.TaskGroup() as tg:
+            if concurrency is None:
+                for request in ordered:
+                    if max_duration_s is not None and request.arrival_s > max_duration_s:
+                        break
+                    body = target.prepare(request)  # before the target time: CPU work off the send path
+                    scheduled = t0 + round(request.arrival_s * ns_per_run_s)
+                    await clock.sleep_until(scheduled)
+                    tg.create_task(send(body, new_record(request, scheduled)))
+            else:
+                feed = iter(ordered)
+                await clock.sleep_until(t0)
+                for _ in range(concurrency):
+                    tg.create_task(_closed_loop_worker(feed, target, clock, stop_at, new_record, send))
+    finally:
+        # 5. Stop watching.
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        bar.close()
+    return LoadResult(records, t0, time_scale, concurrency is None, lags, time.perf_counter() - wall0,
+                      time.process_time() - cpu0)
+
+
+async def _closed_loop_worker(feed: Iterator[Request], target: Target, clock: Clock, stop_at: float,
+                              new_record, send) -> None:
+    """One slot of a closed loop: its next request is due the moment the previous one ended."""
+    for request in feed:
+        body = target.prepare(request)
+        due = clock.now_ns()
+        if due > stop_at:
+            return
+        await send(body, new_record(request, due))
+
+
+async def _watch_loop(clock: Clock, t0: int, period_s: float, lags: list[int]) -> None:
+    """Sleep to absolute ticks every `period_s`; how late each wake-up is, is the loop's lag."""
+    period = round(period_s * 1e9)
+    tick = max(t0, clock.now_ns()) + period
+    while True:
+        await clock.sleep_until(tick)
+        now = clock.now_ns()
+        lags.append(now - tick)
+        tick += period * max(1, (now - tick) // period + 1)  # skip ticks we slept through

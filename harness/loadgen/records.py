@@ -1,0 +1,77 @@
+"""One request as the load generator saw it: monotonic-ns stamps, then a row of the requests frame.
+
+Every request the generator sends ends in exactly one `RequestRecord`, completed or failed; a
+failure is data (`error`), never an exception. Rows use the run clock: seconds since the run
+started, times `time_scale` (the emulator's speed-up; 1 against a real endpoint), so a live run's
+rows read like a sim run's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+_NAN = math.nan
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: int
+    scheduled_ns: int  # when it was due (open loop: start + offset; closed loop: when a slot freed)
+    input_tokens: int  # as sent; the server's count when it reports usage
+    output_tokens: int  # as requested (max_tokens); the server's count when it reports usage
+    session_id: int | None = None
+    warmup: bool = False
+    sent_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    done_ns: int | None = None
+    chunk_ns: list[int] = field(default_factory=list)  # arrival of each chunk that carried tokens
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if reported
+    usage_reported: bool = False
+    http_status: int | None = None
+    error: str | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None and self.last_token_ns is not None
+
+    def to_row(self, t0_ns: int, time_scale: float, deployment: str, mode: str) -> dict[str, Any]:
+        def t(ns: int | None) -> float:
+            return _NAN if ns is None else (ns - t0_ns) / 1e9 * time_scale
+
+        sent, first, last = t(self.sent_ns), t(self.first_token_ns), t(self.last_token_ns)
+        ok = self.completed
+        n_out = self.output_tokens if ok else 0
+        if not ok:
+            first, last = (first if self.first_token_ns is not None else _NAN), _NAN
+        itl = [(b - a) / 1e9 * time_scale for a, b in zip(self.chunk_ns, self.chunk_ns[1:])]
+        return {
+            "deployment": deployment,
+            "mode": mode,
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "arrival_s": sent,  # when the target got it: latencies count from here, as in sim mode
+            "input_tokens": self.input_tokens,
+            "cached_tokens": self.cached_tokens if self.cached_tokens is not None else 0,
+            "output_tokens": n_out,
+            "first_token_s": first,
+            "finish_s": last,
+            "ttft_s": first - sent,
+            "tpot_s": (last - first) / (n_out - 1) if ok and n_out > 1 else _NAN,
+            "e2e_s": last - sent,
+            "error": self.error,
+            "scheduled_s": t(self.scheduled_ns),
+            "sent_s": sent,
+            "lateness_s": sent - t(self.scheduled_ns),
+            "done_s": t(self.done_ns),
+            "n_chunks": len(self.chunk_ns),
+            "itl_max_s": max(itl) if itl else _NAN,
+            "usage_reported": self.usage_reported,
+            "http_status": self.http_status if self.http_status is not None else 0,
+        }
+
+    def chunk_rows(self, t0_ns: int, time_scale: float) -> list[tuple[int, int, float]]:
+        """(request_id, chunk index, arrival on the run clock) for each token-bearing chunk."""
+        return [(self.request_id, i, (ns - t0_ns) / 1e9 * time_scale) for i, ns in enumerate(self.chunk_ns)]

@@ -1,0 +1,233 @@
+"""Live and url runs: the same run directory as a sim run, measured over HTTP.
+
+`mode=live` builds the configured deployment behind the OpenAI-compatible server in this process
+(127.0.0.1, port 0, the wall clock times `server.time_scale`) and drives it with the load generator;
+`mode=url` drives `target.url`, any OpenAI-compatible endpoint. Latencies in `requests.parquet`
+are the client's (send to first chunk, ...); in live runs the emulator's own view of each request
+(route, cached tokens, KV bytes, prefill and decode times) is joined in from its records, moved
+onto the load generator's clock, so the time series and egress figures are those of a sim run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+from harness.analysis.frames import requests_frame, write_parquet
+from harness.deploy.timeseries import build_timeseries, occupancy
+from harness.errors import InputError, require
+from harness.loadgen.client import OpenAIHttpTarget, discover_model
+from harness.loadgen.clock import MonotonicClock
+from harness.loadgen.engine import LoadResult, run_load
+from harness.loadgen.health import loadgen_health
+from harness.loadgen.prompts import PromptBuilder
+from harness.sim import RunResult
+from harness.workload import build_workload
+
+# Server-side columns joined into a live run's rows (times are moved onto the load generator's clock).
+_SERVER_FIELDS = ("route", "cached_tokens", "kv_bytes_sent", "prefill_instance", "decode_instance")
+_SERVER_TIMES = ("prefill_start_s", "prefill_end_s", "kv_ready_s")
+
+
+class LiveRunResult(RunResult):
+    """A RunResult plus the frames only HTTP runs have (per-chunk stamps, warm-up requests)."""
+
+    def __init__(self, requests: pd.DataFrame, timeseries: pd.DataFrame, meta: dict[str, Any],
+                 extras: dict[str, pd.DataFrame]) -> None:
+        super().__init__(requests, timeseries, meta)
+        self.extras = extras
+
+
+def run_live(cfg: DictConfig) -> LiveRunResult:
+    return asyncio.run(_run(cfg, live=True))
+
+
+def run_url(cfg: DictConfig) -> LiveRunResult:
+    require(bool(cfg.target.url), "mode=url needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
+    return asyncio.run(_run(cfg, live=False))
+
+
+def write_extras(run_dir: str | Path, result: RunResult) -> None:
+    """chunks.parquet (request_id, chunk, t_s) and warmup.parquet, next to the standard files."""
+    for name, frame in getattr(result, "extras", {}).items():
+        write_parquet(frame, Path(run_dir) / f"{name}.parquet")
+
+
+def _offer(cfg: DictConfig) -> tuple[list, int | None, float | None]:
+    """The requests and how to offer them, exactly as sim mode reads loadgen.*."""
+    lg = cfg.loadgen
+    require(lg.rate_rps is None or lg.rate_rps > 0,
+            f"loadgen.rate_rps must be > 0 (or null for the workload's own rate), got {lg.rate_rps}")
+    require(lg.concurrency is None or lg.concurrency >= 1,
+            f"loadgen.concurrency must be >= 1 (or null for open loop), got {lg.concurrency}")
+    require(lg.warmup_s >= 0, f"loadgen.warmup_s must be >= 0, got {lg.warmup_s}")
+    saturate = lg.rate_rps is not None and math.isinf(lg.rate_rps)
+    concurrency = int(lg.saturation_in_flight) if saturate else lg.concurrency
+    requests = build_workload(cfg.workload, rate_rps=None if saturate else lg.rate_rps)
+    require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
+    offered = lg.rate_rps
+    if offered is None and concurrency is None and len(requests) > 1:
+        span = requests[-1].arrival_s - requests[0].arrival_s
+        offered = (len(requests) - 1) / span if span > 0 else math.nan
+    return requests, concurrency, (float(offered) if offered is not None else math.nan)
+
+
+async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
+    requests, concurrency, offered = _offer(cfg)
+    tcfg, lg = cfg.target, cfg.loadgen
+    require(tcfg.timeout_s > 0, f"target.timeout_s must be > 0, got {tcfg.timeout_s}")
+    require(tcfg.max_connections >= 0, f"target.max_connections must be >= 0, got {tcfg.max_connections}")
+    require(tcfg.api in ("completions", "chat"), f"target.api={tcfg.api!r}; valid: completions, chat")
+    server = None
+    if live:
+        from harness.live.server import start_server  # deploy/costmodel only when emulating
+
+        server = await start_server(cfg, port=0)
+        print(f"listening on {server.url}", file=sys.stderr, flush=True)
+    time_scale = float(cfg.server.time_scale) if live else 1.0
+    url = server.url if server is not None else str(tcfg.url)
+    clock = MonotonicClock()
+    prompts = PromptBuilder(int(cfg.workload.get("block_tokens", 512)), int(tcfg.token_id_min),
+                            int(tcfg.token_id_max))
+    try:
+        connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            if tcfg.model:
+                model = str(tcfg.model)
+            elif server is not None:
+                model = str(cfg.server.model_name or cfg.model.name)
+            else:
+                try:
+                    model = await discover_model(session, url)
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as err:
+                    raise InputError(f"target.url={url}: cannot list models ({type(err).__name__}: {err}); "
+                                     f"is the server up? set target.model to skip the lookup") from err
+            target = OpenAIHttpTarget(session, url, model=model, clock=clock, prompts=prompts, api=str(tcfg.api),
+                                      stream=bool(tcfg.stream), ignore_eos=bool(tcfg.ignore_eos),
+                                      timeout_s=float(tcfg.timeout_s))
+            result = await run_load(requests, target, clock=clock, time_scale=time_scale, concurrency=concurrency,
+                                    max_duration_s=lg.max_duration_s, warmup_s=float(lg.warmup_s),
+                                    progress=bool(lg.progress))
+    finally:
+        if server is not None:
+            await server.stop()
+    label = str(server.built.deployment.name) if server is not None else str(tcfg.name or f"url:{model}")
+    return _assemble(cfg, result, server, label, model, url, offered, concurrency)
+
+
+def _assemble(cfg: DictConfig, result: LoadResult, server, label: str, model: str, url: str, offered: float,
+              concurrency: int | None) -> LiveRunResult:
+    mode = "live" if server is not None else "url"
+    t0, scale = result.t0_ns, result.time_scale
+    measured = [r for r in result.records if not r.warmup]
+    rows = [r.to_row(t0, scale, label, mode) for r in measured]
+    extras = {"chunks": pd.DataFrame([c for r in measured for c in r.chunk_rows(t0, scale)],
+                                     columns=["request_id", "chunk", "t_s"])}
+    warm = [r.to_row(t0, scale, label, mode) for r in result.records if r.warmup]
+    if warm:
+        extras["warmup"] = requests_frame(warm)
+    lg = cfg.loadgen
+    problems: list[str] = []
+    meta: dict[str, Any] = {"deployment": label, "mode": mode, "offered_rps": offered, "concurrency": concurrency,
+                            "workload": str(cfg.workload.name), "seed": cfg.workload.get("seed"),
+                            "time_scale": scale, "target_url": url, "served_model": model,
+                            "loadgen_cpu_s": result.cpu_s, "loadgen_wall_s": result.wall_s}
+    bin_s = float(cfg.analysis.timeseries.bin_s)
+    if server is not None:
+        clock, built = server.clock, server.built
+        shift_s = (t0 / 1e9 - clock.to_loop_time(0.0)) * scale  # emulator clock - load generator clock
+        rows = _join_server_records(rows, built.deployment.records, server.engine.client_ids, shift_s)
+        frame = requests_frame(rows).sort_values("request_id", ignore_index=True)
+        lag = {"lag_p50_ms": clock.lag_wall_ms(50), "lag_p99_ms": clock.lag_wall_ms(99),
+               "lag_max_ms": clock.max_lag_s / scale * 1e3, "events": clock.events_run,
+               "stream_interval_tokens": int(cfg.server.stream_interval_tokens)}
+        if lag["lag_p99_ms"] > float(cfg.server.max_lag_ms):
+            problems.append(f"emulator timer lag P99 {lag['lag_p99_ms']:.2f} ms > server.max_lag_ms="
+                            f"{float(cfg.server.max_lag_ms):g}")
+        timeseries = build_timeseries(
+            frame, deployment=label, t_end=_t_end(frame), bin_s=bin_s, n_prefill=built.n_prefill,
+            n_prfaas=built.n_prfaas, n_decode=built.n_decode,
+            decode_slots=sum(d.bs_max for d in built.deployment.decode),
+            link=_ShiftedLink(built.deployment.cross_link, shift_s) if built.deployment.cross_link else None)
+        meta.update({"threshold_tokens": built.threshold_tokens, "n_prfaas": built.n_prfaas,
+                     "n_prefill": built.n_prefill, "n_decode": built.n_decode, "model": str(cfg.model.name),
+                     "link_capacity_gbps": float(cfg.link.capacity_gbps) if built.n_prfaas else math.nan,
+                     "server": lag, "plan": built.plan})
+    else:
+        frame = requests_frame(rows).sort_values("request_id", ignore_index=True) if rows else requests_frame([])
+        timeseries = _client_timeseries(frame, label, bin_s)
+        meta.update({"threshold_tokens": math.nan, "n_prfaas": math.nan, "n_prefill": math.nan,
+                     "n_decode": math.nan, "model": model, "link_capacity_gbps": math.nan})
+    health = loadgen_health(result.records, result.loop_lag_ns, open_loop=result.open_loop, time_scale=scale,
+                            max_lateness_ms=float(lg.max_lateness_ms), min_rate_fraction=float(lg.min_rate_fraction),
+                            max_loop_lag_ms=float(lg.max_loop_lag_ms), other_problems=problems)
+    health["cpu_ms_per_request"] = result.cpu_s / max(1, len(result.records)) * 1e3
+    meta["loadgen"] = health
+    if not health["valid"]:
+        print(f"warning: this run is marked invalid (loadgen_valid=false): {health['invalid_reason']}",
+              file=sys.stderr, flush=True)
+    return LiveRunResult(frame, timeseries, meta, extras)
+
+
+def _join_server_records(rows: list[dict], server_records: list[dict], client_ids: dict[int, str],
+                         shift_s: float) -> list[dict]:
+    """Add the emulator's view to each client row (matched through the X-Request-Id header)."""
+    by_client: dict[str, dict] = {}
+    for rec in server_records:
+        cid = client_ids.get(rec["request_id"])
+        if cid is not None:
+            by_client[cid] = rec
+    nan = math.nan
+    for row in rows:
+        rec = by_client.get(str(row["request_id"]))
+        if rec is None:
+            row.update({"route": "", "kv_bytes_sent": 0.0, "server_ttft_s": nan, "server_e2e_s": nan})
+            row.update({k: nan for k in _SERVER_TIMES})
+            continue
+        for key in _SERVER_FIELDS:
+            if key != "cached_tokens" or not row.get("usage_reported"):
+                row[key] = rec[key]
+        row.update({k: rec[k] - shift_s for k in _SERVER_TIMES})
+        row["server_ttft_s"], row["server_e2e_s"] = rec["ttft_s"], rec["e2e_s"]
+    return rows
+
+
+def _t_end(frame: pd.DataFrame) -> float:
+    ends = frame[["finish_s", "sent_s"]].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros((0, 2))
+    finite = ends[np.isfinite(ends)]
+    return float(max(finite.max() if finite.size else 0.0, 1e-9))
+
+
+class _ShiftedLink:
+    """The emulator's cross-DC link seen on the load generator's clock (for `build_timeseries`)."""
+
+    def __init__(self, link, shift_s: float) -> None:
+        self._link, self._shift = link, shift_s
+
+    def egress_series(self, t_end: float, bin_s: float, *, t_start: float = 0.0):
+        edges, egress, capacity = self._link.egress_series(t_end + self._shift, bin_s, t_start=t_start + self._shift)
+        return edges - self._shift, egress, capacity
+
+
+def _client_timeseries(frame: pd.DataFrame, label: str, bin_s: float) -> pd.DataFrame:
+    """What a client can see of an external endpoint per bin: requests in flight, arrivals, completions."""
+    t_end = _t_end(frame)
+    n_bins = max(1, int(np.ceil(t_end / bin_s)))
+    edges = np.arange(n_bins + 1, dtype=float) * bin_s
+    sent = frame["sent_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
+    done = frame["done_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
+    finish = frame["finish_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
+    return pd.DataFrame({
+        "deployment": label, "t_s": edges[:-1], "egress_gbps": np.full(n_bins, np.nan),
+        "link_capacity_gbps": np.full(n_bins, np.nan), "in_flight": occupancy(sent, done, edges),
+        "arrivals_per_s": np.histogram(sent[np.isfinite(sent)], edges)[0] / bin_s,
+        "completions_per_s": np.histogram(finish[np.isfinite(finish)], edges)[0] / bin_s,
+    })
