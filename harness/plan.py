@@ -6,22 +6,32 @@ Plans every deployment in `planner.deployments` (each composed with this run's o
   plan_sweep_threshold.parquet   Lambda and its bounds vs t at each deployment's chosen split (Fig. 5b)
   plan_sweep_split.parquet       Lambda, prefill and decode bounds vs N_p at the chosen t (Fig. 5a)
   plan_projection.parquet        Eq. 2: B_out = (N/P) * Phi_kv(L) for planner.projection.gpus
+  plan_kv_throughput.parquet     Eq. 1: Phi_kv vs input length of every model in conf/model/ on 8 x H200
+                                 (cost model), plus the measured points (Table 3 / Table 5) of the configs
 and prints a table. A `deployment=` override is replaced per plan: choose deployments with
 `planner.deployments=[...]`. With `-m`, drop the default experiment's deployment x rate sweep with
 `~experiment` (e.g. `harness-plan -m link.capacity_gbps=5,25,100 ~experiment`).
+
+`PlanCallback` runs the same planner in-process when a `python -m harness -m` suite starts and writes
+these files into its sweep dir, so the sweep report can draw Fig. 5 and the KV-throughput figure
+from Parquet alone.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from hydra import compose
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
@@ -33,9 +43,9 @@ from harness.planner.projection import measured_phi, projection_rows
 from harness.planner.sweeps import split_sweep, threshold_sweep
 
 
-def _compose(overrides: list[str]) -> DictConfig:
+def _compose(overrides: list[str], config_name: str = "config") -> DictConfig:
     try:
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as err:
         # Hydra's message: the problem, then the available options, then the search path (dropped).
         lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
@@ -49,15 +59,22 @@ def _task_overrides(group: str) -> list[str]:
     return [o for o in task if o.lstrip("+~").split("=", 1)[0] != group]
 
 
-def plan_all(cfg: DictConfig) -> tuple[dict[str, Plan], dict[str, Any]]:
-    """Plan each deployment of planner.deployments; returns plans and the plan.json document."""
+def _without(overrides: Sequence[str], group: str) -> list[str]:
+    return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != group]
+
+
+def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence[str] | None = None
+             ) -> tuple[dict[str, Plan], dict[str, Any]]:
+    """Plan each deployment of `names` (default planner.deployments), each composed from the `base`
+    overrides (default: this run's command line) plus `deployment=<name>`; returns plans and the
+    plan.json document."""
     from harness.workload import input_length_distribution, mean_output_tokens
 
     values, weights = input_length_distribution(cfg.workload)
     l_out = mean_output_tokens(cfg.workload)
-    base = _task_overrides("deployment")
+    base = _task_overrides("deployment") if base is None else _without(base, "deployment")
     plans: dict[str, Plan] = {}
-    for name in cfg.planner.deployments:
+    for name in names if names is not None else cfg.planner.deployments:
         dep_cfg = _compose([*base, f"deployment={name}"])
         plans[str(name)] = plan_deployment(dep_cfg.deployment, dep_cfg.model, dep_cfg.link, dep_cfg.planner,
                                            values, weights, l_out)
@@ -80,11 +97,12 @@ def ratios(doc: dict[str, Any], baseline: str) -> dict[str, Any]:
     return out
 
 
-def projection(cfg: DictConfig, plans: dict[str, Plan]) -> pd.DataFrame:
+def projection(cfg: DictConfig, plans: dict[str, Plan], base: Sequence[str] | None = None) -> pd.DataFrame:
     """Eq. 2 rows: measured Phi_kv of each projection model, and this model's own profile."""
     proj = cfg.planner.projection
     gpus, gpi, lengths = list(proj.gpus), int(proj.gpus_per_instance), list(proj.lengths_tokens)
-    base = _task_overrides("model")
+    task = list(base) if base is not None else list(HydraConfig.get().overrides.task)
+    base = _without(task, "model")
     rows: list[dict[str, Any]] = []
     for name in proj.models:
         model_cfg = _compose([*base, f"model={name}"]).model
@@ -95,7 +113,7 @@ def projection(cfg: DictConfig, plans: dict[str, Plan]) -> pd.DataFrame:
         rows += projection_rows(str(name), phi, lengths, gpus, gpi, f"measured: {table.get('provenance', '')}",
                                 str(table.get("hardware")))
     for dep_name, plan in plans.items():
-        dep = _compose([*_task_overrides("deployment"), f"deployment={dep_name}"]).deployment
+        dep = _compose([*_without(task, "deployment"), f"deployment={dep_name}"]).deployment
         if dep.prfaas is None:
             continue
         prof = build_profile(cfg.model, dep.prfaas.hardware, gpus_per_instance=int(proj.gpus_per_instance),
@@ -134,7 +152,88 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write(out_dir: Path, plans: dict[str, Plan], doc: dict[str, Any], proj: pd.DataFrame) -> None:
+# Eq. 1 view (the paper's Table 3 / Fig. 2): Phi_kv of every model on this hardware [P: 8 x H200].
+KV_HARDWARE = "h200"
+# Input lengths of the cost-model curves: 1K..128K tokens, two points per octave.
+KV_LENGTHS_TOKENS = tuple(int(round(2.0**e)) for e in np.arange(10.0, 17.01, 0.5))
+KV_COLUMNS = ("model", "family", "hardware", "gpus_per_instance", "input_tokens", "kv_bytes", "prefill_s",
+              "phi_kv_gbps", "source", "provenance")
+_GBIT = 8.0 / 1e9
+_MIB = 2.0**20
+
+
+def _model_options() -> list[str]:
+    """The options of the `model` config group (conf/model/*.yaml), without the schema entries."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    options = GlobalHydra.instance().config_loader().get_group_options("model")
+    return sorted(o for o in options if not o.startswith("base_"))
+
+
+def _measured_rows(model: dict[str, Any], hardware: str) -> list[dict[str, Any]]:
+    """Measured Phi_kv points of a model config: its `kv_throughput` table (Table 3: Phi only), and
+    where it has both `measured_kv` and a measured prefill table on `hardware` (Table 5), the
+    lengths they share, with S_kv and T_prefill."""
+    rows: list[dict[str, Any]] = []
+    common = {"model": model["name"], "family": model.get("family"), "source": "measured"}
+    table = model.get("kv_throughput") or {}
+    for tokens, gbps in zip(table.get("tokens") or [], table.get("gbps") or [], strict=False):
+        rows.append({**common, "hardware": table.get("hardware"), "gpus_per_instance": table.get("gpus_per_instance"),
+                     "input_tokens": float(tokens), "kv_bytes": math.nan, "prefill_s": math.nan,
+                     "phi_kv_gbps": float(gbps), "provenance": table.get("provenance", "")})
+    kv = model.get("measured_kv") or {}
+    entry = (model.get("profiles") or {}).get(hardware) or {}
+    prefill = entry.get("prefill") or {}
+    if kv and prefill.get("kind") == "table":
+        seconds = dict(zip(prefill.get("tokens") or [], prefill.get("seconds") or [], strict=False))
+        for tokens, mib in zip(kv.get("tokens") or [], kv.get("mib") or [], strict=False):
+            if tokens in seconds and seconds[tokens] > 0:
+                size = float(mib) * _MIB
+                rows.append({**common, "hardware": hardware, "gpus_per_instance": entry.get("gpus_per_instance"),
+                             "input_tokens": float(tokens), "kv_bytes": size, "prefill_s": float(seconds[tokens]),
+                             "phi_kv_gbps": size * _GBIT / float(seconds[tokens]),
+                             "provenance": f"S_kv {kv.get('provenance', '')}; T_prefill {prefill.get('provenance', '')}"})
+    return rows
+
+
+def kv_throughput(cfg: DictConfig, base: Sequence[str] | None = None,
+                  hardware: str = KV_HARDWARE) -> tuple[pd.DataFrame, list[str]]:
+    """Phi_kv(l) = S_kv(l) / T_prefill(l) (Eq. 1) of every model config on `hardware` at
+    planner.projection.gpus_per_instance GPUs: cost-model curves (source `costmodel`) and the configs'
+    measured points (source `measured`). Returns the frame and notes on models that were skipped."""
+    from harness.costmodel import build_profile
+    from harness.costmodel.nodes import plain
+
+    task = list(base) if base is not None else list(HydraConfig.get().overrides.task)
+    gpus = int(cfg.planner.projection.gpus_per_instance)
+    hw_cfg = _compose([], config_name=f"hardware/{hardware}").hardware
+    lengths = np.asarray(KV_LENGTHS_TOKENS, dtype=float)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for name in _model_options():
+        model_cfg = _compose([*_without(task, "model"), f"model={name}"]).model
+        model = plain(model_cfg, "model")
+        rows += _measured_rows(model, hardware)
+        try:
+            prof = build_profile(model_cfg, hw_cfg, gpus_per_instance=gpus,
+                                 slo_tokens_per_s=float(cfg.planner.slo_tokens_per_s))
+        except InputError as err:
+            notes.append(f"plan_kv_throughput: no cost-model curve for {name}: {err}")
+            continue
+        kv_bytes = np.asarray(prof.kv_bytes(lengths), dtype=float)
+        prefill_s = prof.prefill_s_vec(lengths)
+        provenance = f"T_prefill {prof.provenance.get('prefill_s', '')}; S_kv {prof.provenance.get('kv_bytes', '')}"
+        for l, size, t in zip(lengths, kv_bytes, prefill_s, strict=True):
+            rows.append({"model": prof.model, "family": model.get("family"), "hardware": prof.hardware,
+                         "gpus_per_instance": gpus, "input_tokens": float(l), "kv_bytes": float(size),
+                         "prefill_s": float(t), "phi_kv_gbps": float(size * _GBIT / t), "source": "costmodel",
+                         "provenance": provenance})
+    frame = pd.DataFrame(rows, columns=list(KV_COLUMNS))
+    return frame.astype({"gpus_per_instance": "Int64"}), notes
+
+
+def write(out_dir: Path, plans: dict[str, Plan], doc: dict[str, Any], proj: pd.DataFrame,
+          kv: pd.DataFrame | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "plan.json").write_text(json.dumps(doc, indent=2) + "\n")
     sweeps_t = [threshold_sweep(p) for p in plans.values() if p.grid.thresholds.size > 1]
@@ -144,17 +243,81 @@ def write(out_dir: Path, plans: dict[str, Plan], doc: dict[str, Any], proj: pd.D
         frame = pd.concat(frames, ignore_index=True) if frames else sweep(next(iter(plans.values()))).iloc[:0]
         frame.to_parquet(out_dir / fname, index=False)
     proj.to_parquet(out_dir / "plan_projection.parquet", index=False)
+    if kv is not None:
+        kv.to_parquet(out_dir / "plan_kv_throughput.parquet", index=False)
 
 
 @hydra_entry(config_name="config")
 def main(cfg: DictConfig) -> dict[str, Any]:
     plans, doc = plan_all(cfg)
     proj = projection(cfg, plans)
+    kv, notes = kv_throughput(cfg)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    write(out_dir, plans, doc, proj)
+    write(out_dir, plans, doc, proj, kv)
     print(table(doc))
-    print(f"wrote {out_dir / 'plan.json'} and plan_sweep_threshold / plan_sweep_split / plan_projection .parquet")
+    for note in notes:
+        print(note)
+    print(f"wrote {out_dir / 'plan.json'} and plan_sweep_threshold / plan_sweep_split / plan_projection / "
+          f"plan_kv_throughput .parquet")
     return doc
+
+
+def sweep_overrides(config: DictConfig) -> tuple[list[str], dict[str, list[str]]]:
+    """(fixed overrides, {swept key: values}) of a multirun, combined as Hydra's basic sweeper does:
+    `hydra.sweeper.params` first, then the command line; the later override of a key wins."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + [str(o) for o in config.hydra.overrides.task]
+    final = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
+    fixed = [str(o.input_line) for o in final.values() if not o.is_sweep_override()]
+    swept = {key: (list(o.sweep_string_iterator()) if o.is_discrete_sweep() and "glob(" not in str(o.input_line)
+                   else [])
+             for key, o in final.items() if o.is_sweep_override()}
+    return fixed, swept
+
+
+class PlanCallback(Callback):
+    """At the start of a multirun, plan the sweep's deployments and write the planner's files
+    (plan.json, plan_sweep_threshold / plan_sweep_split / plan_projection / plan_kv_throughput
+    .parquet) into `hydra.sweep.dir`, for the report to draw Fig. 5 and the KV-throughput figure.
+
+    The plan uses the sweep's fixed overrides (the experiment, `workload.num_requests=...`); swept
+    keys keep their config defaults here, and each run records the planner's values at its own
+    sweep point in its summary (`plan_*` columns). Deployments: `deployments` if given, else the
+    swept `deployment` values, else the sweep's one deployment. List it before the ReportCallback:
+    a planner problem is printed as `error: ...` and the sweep still runs.
+    """
+
+    def __init__(self, deployments: list[str] | None = None, kv_throughput: bool = True) -> None:
+        self.deployments = list(deployments) if deployments else None
+        self.kv_throughput = kv_throughput
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            fixed, swept = sweep_overrides(config)
+            names = self.deployments or swept.get("deployment") or _fixed_choice(fixed, config)
+            cfg = _compose(fixed)
+            plans, doc = plan_all(cfg, fixed, names)
+            proj = projection(cfg, plans, fixed)
+            kv, notes = kv_throughput(cfg, fixed) if self.kv_throughput else (None, [])
+            write(sweep_dir, plans, doc, proj, kv)
+        except InputError as err:
+            sys.stderr.write(f"error: planner for {sweep_dir}: {err}\n")
+            return
+        for note in notes:
+            print(note)
+        print(f"planner: wrote {sweep_dir / 'plan.json'} and the plan_*.parquet tables for "
+              f"{', '.join(names)}")
+
+
+def _fixed_choice(fixed: Sequence[str], config: DictConfig) -> list[str]:
+    for line in fixed:
+        key, _, value = line.partition("=")
+        if key.lstrip("+") == "deployment" and value:
+            return [value]
+    return [str(config.hydra.runtime.choices.get("deployment"))]
 
 
 if __name__ == "__main__":

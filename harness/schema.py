@@ -15,6 +15,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from harness.deploy.schema import CacheConfig, RebalancerConfig
+
 # Parts that own config groups; each module defines register(cs: ConfigStore) -> None.
 _PARTS = (
     "harness.workload.schema",
@@ -76,6 +78,8 @@ class RootConfig:
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    rebalancer: RebalancerConfig = field(default_factory=RebalancerConfig)
     # Group nodes: validated by their own schemas.
     workload: Any = None
     model: Any = None

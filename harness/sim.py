@@ -104,6 +104,7 @@ def run_sim(cfg: DictConfig) -> RunResult:
         frame, deployment=deployment.name, t_end=t_end, bin_s=float(cfg.analysis.timeseries.bin_s),
         n_prefill=built.n_prefill, n_prfaas=built.n_prfaas, n_decode=built.n_decode,
         decode_slots=sum(d.bs_max for d in deployment.decode), link=deployment.cross_link,
+        reverse_link=deployment.reverse_link, roles_log=deployment.roles_log, evictions=deployment.evictions,
     )
     offered = loadgen.rate_rps
     if offered is None and concurrency is None and len(requests) > 1:
@@ -123,6 +124,7 @@ def run_sim(cfg: DictConfig) -> RunResult:
         "link_capacity_gbps": float(cfg.link.capacity_gbps) if built.n_prfaas else math.nan,
         "seed": cfg.workload.get("seed"),
         "sim_events": clock.events_run,
+        "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
     return RunResult(frame, timeseries, meta)

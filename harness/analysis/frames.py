@@ -42,7 +42,9 @@ REQUEST_COLUMNS: dict[str, Column] = {
     "session_id": Column("Int64", ""),
     "arrival_s": Column("float64", "s", True, "offset from run start"),
     "input_tokens": Column("int64", "tokens", True),
-    "cached_tokens": Column("int64", "tokens"),
+    "cached_tokens": Column("int64", "tokens", doc="prefix the prefill skipped (usable hit or fetched)"),
+    "cache_hit_tokens": Column("int64", "tokens", doc="block-level KV hit in the prefilling cluster's pool"),
+    "fetched_tokens": Column("int64", "tokens", doc="prefix moved across clusters before the prefill"),
     "output_tokens": Column("int64", "tokens", True),
     "route": Column("string", "", doc="local | prfaas | '' if never routed"),
     "prefill_instance": Column("string", ""),
@@ -56,6 +58,7 @@ REQUEST_COLUMNS: dict[str, Column] = {
     "tpot_s": Column("float64", "s"),
     "e2e_s": Column("float64", "s"),
     "kv_bytes_sent": Column("float64", "bytes", doc="KV moved for this request (cross-DC if prfaas)"),
+    "fetch_bytes": Column("float64", "bytes", doc="cross-cluster prefix fetched before the prefill"),
     "error": Column("string", "", doc="null when the request completed"),
     "scheduled_s": Column("float64", "s", doc="live/url: target send time"),
     "sent_s": Column("float64", "s", doc="live/url: actual send time"),
@@ -82,7 +85,7 @@ TIMESERIES_COLUMNS: dict[str, Column] = {
 _ADD_IF_MISSING_SKIP = {"scheduled_s", "sent_s", "lateness_s"}
 
 # Fill values for integer columns that may be absent from the records.
-_INT_DEFAULTS = {"cached_tokens": 0}
+_INT_DEFAULTS = {"cached_tokens": 0, "cache_hit_tokens": 0, "fetched_tokens": 0}
 
 
 def _to_frame(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:

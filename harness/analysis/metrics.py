@@ -50,7 +50,9 @@ METRICS: dict[str, Metric] = {
     "link_util_mean": Metric("fraction", "%", "mean of egress / link capacity per bin"),
     "link_util_p99": Metric("fraction", "%", "99th percentile of egress / link capacity per bin"),
     "offload_fraction": Metric("fraction", "%", "share of routed requests prefilled on the PrfaaS cluster"),
-    "cache_hit_token_frac": Metric("fraction", "%", "sum cached_tokens / sum input_tokens"),
+    "cache_hit_token_frac": Metric("fraction", "%", "sum cache_hit_tokens / sum input_tokens (pool KV hits)"),
+    "cached_token_frac": Metric("fraction", "%", "sum cached_tokens / sum input_tokens (prefill skipped)"),
+    "prefill_tokens_computed": Metric("tokens", "tokens", "sum of input_tokens - cached_tokens"),
     "kv_bytes_prfaas_total": Metric("bytes", "GB", "KV bytes moved cross-DC (route prfaas)"),
     "arrival_rps": Metric("req/s", "req/s", "measured arrival rate: (n - 1) / arrival span"),
     "duration_s": Metric("s", "s", "last finish - first arrival, in the deployment's clock"),
@@ -218,10 +220,22 @@ def offload_fraction(df: pd.DataFrame) -> float:
     return float((route[routed] == "prfaas").mean()) if routed.any() else float("nan")
 
 
-def cache_hit_token_frac(df: pd.DataFrame) -> float:
-    """Prefix-cache token hit rate: sum cached_tokens / sum input_tokens over all requests."""
+def cached_token_frac(df: pd.DataFrame) -> float:
+    """Share of prompt tokens the prefills skipped: sum cached_tokens / sum input_tokens."""
     total = np.nansum(_values(df, "input_tokens"))
     return float(np.nansum(_values(df, "cached_tokens")) / total) if total > 0 else float("nan")
+
+
+def cache_hit_token_frac(df: pd.DataFrame) -> float:
+    """Prefix-cache pool token hit rate (block-level KV matches); falls back to cached_tokens."""
+    column = "cache_hit_tokens" if "cache_hit_tokens" in df else "cached_tokens"
+    total = np.nansum(_values(df, "input_tokens"))
+    return float(np.nansum(_values(df, column)) / total) if total > 0 else float("nan")
+
+
+def prefill_tokens_computed(df: pd.DataFrame) -> float:
+    """Prompt tokens actually computed by prefills (input minus the skipped prefix)."""
+    return float(np.nansum(_values(df, "input_tokens")) - np.nansum(_values(df, "cached_tokens")))
 
 
 def kv_bytes_prfaas_total(df: pd.DataFrame) -> float:

@@ -134,8 +134,9 @@ def table6_comparison(df: pd.DataFrame) -> Figure:
     return fig
 
 
-def plan_threshold(df: pd.DataFrame, ax: Axes) -> None:
-    """(f, Fig. 5b) Planner bounds vs routing threshold t: PrfaaS and PD-P bounds and Lambda_max."""
+def plan_threshold(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = None) -> None:
+    """(f, Fig. 5b) Planner bounds vs routing threshold t: PrfaaS and PD-P bounds and Lambda_max;
+    `emulated` (threshold_tokens, capacity_rps) adds the emulator's capacity at the same split."""
     df = df.sort_values("threshold_tokens")
     t_k = _col(df, "threshold_tokens") / 1e3
     for column, label, style in (("prfaas_bound_rps", "Θ_prfaas / p", "-"), ("pd_p_bound_rps", "Θ_pd-p / (1-p)", "-"),
@@ -143,16 +144,24 @@ def plan_threshold(df: pd.DataFrame, ax: Axes) -> None:
         if column in df.columns:
             ax.plot(t_k, _col(df, column), linestyle=style, label=label)
     _mark_best(ax, t_k, _col(df, "lambda_rps"), "t = {x:.1f}K")
+    top = np.nanmax(np.append(_col(df, "lambda_rps"), 0.0))
+    if emulated is not None and len(emulated):
+        emulated = emulated.sort_values("threshold_tokens")
+        y = _col(emulated, "capacity_rps")
+        ax.plot(_col(emulated, "threshold_tokens") / 1e3, y, marker="D", linestyle=":", color="black",
+                label="emulated capacity")
+        top = max(top, float(np.nanmax(np.append(y, 0.0))))
     ax.set_xlabel("routing threshold t (K tokens)")
     ax.set_ylabel("throughput bound (req/s)")
-    ax.set_ylim(bottom=0, top=max(1.0, 3 * np.nanmax(np.append(_col(df, "lambda_rps"), 0.0))))
-    ax.set_title("Planner: threshold sweep")
+    ax.set_ylim(bottom=0, top=max(1.0, 3 * top))
+    ax.set_title(_plan_title("Planner: threshold sweep", df))
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
 
 
-def plan_split(df: pd.DataFrame, ax: Axes) -> None:
-    """(f, Fig. 5a) Planner bounds vs the local PD split N_p (N_d = rest): prefill, decode, Lambda_max."""
+def plan_split(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = None) -> None:
+    """(f, Fig. 5a) Planner bounds vs the local PD split N_p (N_d = rest): prefill, decode, Lambda_max;
+    `emulated` (n_prefill, capacity_rps) adds the emulator's capacity at the same threshold."""
     df = df.sort_values("n_prefill")
     n_p = _col(df, "n_prefill")
     for column, label, style in (("prefill_bound_rps", "prefill bound", "-o"), ("decode_bound_rps", "decode bound", "-s"),
@@ -160,11 +169,168 @@ def plan_split(df: pd.DataFrame, ax: Axes) -> None:
         if column in df.columns:
             ax.plot(n_p, _col(df, column), style, label=label)
     _mark_best(ax, n_p, _col(df, "lambda_rps"), "N_p = {x:.0f}")
+    if emulated is not None and len(emulated):
+        emulated = emulated.sort_values("n_prefill")
+        ax.plot(_col(emulated, "n_prefill"), _col(emulated, "capacity_rps"), marker="D", linestyle=":", color="black",
+                label="emulated capacity")
     ax.set_xlabel("PD-P instances N_p")
     ax.set_ylabel("throughput bound (req/s)")
-    ax.set_title("Planner: P/D split sweep")
+    ax.set_title(_plan_title("Planner: P/D split sweep", df))
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
+
+
+def _plan_title(title: str, df: pd.DataFrame) -> str:
+    names = _names(df) if "deployment" in df.columns else []
+    return f"{title} ({names[0]})" if len(names) == 1 else title
+
+
+def plan_panels(df: pd.DataFrame, draw, emulated: pd.DataFrame | None = None) -> Figure:
+    """One panel per deployment of a planner sweep table (`draw` = plan_threshold or plan_split):
+    deployments have different splits and ranges, so they do not share axes."""
+    names = _names(df) if "deployment" in df.columns else [None]
+    fig = Figure(figsize=(7 * len(names), 4.5), dpi=_DPI, layout="constrained")
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(1, len(names), i + 1)
+        rows = df if name is None else df[df["deployment"] == name]
+        points = emulated
+        if emulated is not None and name is not None and "deployment" in emulated.columns:
+            points = emulated[emulated["deployment"] == name]
+        draw(rows, ax, points)
+    return fig
+
+
+def kv_throughput(df: pd.DataFrame, ax: Axes) -> None:
+    """(g, Table 3 / Fig. 2) KV throughput Phi_kv = S_kv / T_prefill vs input length per model:
+    cost-model curves (lines) and measured points (markers, same colour)."""
+    names = list(dict.fromkeys(str(m) for m in df["model"]))
+    colors = dict(zip(names, sns.color_palette("tab10", max(len(names), 3)), strict=False))
+    source = df["source"].astype(str) if "source" in df.columns else pd.Series("costmodel", index=df.index)
+    for name in names:
+        rows = df[df["model"] == name]
+        family = rows["family"].dropna().astype(str) if "family" in rows.columns else pd.Series(dtype=str)
+        tag = f" ({family.iloc[0]})" if len(family) else ""
+        model_rows = rows[source.loc[rows.index] == "costmodel"].sort_values("input_tokens")
+        if len(model_rows):
+            ax.plot(_col(model_rows, "input_tokens"), _col(model_rows, "phi_kv_gbps"), color=colors[name],
+                    label=f"{name}{tag}")
+        measured = rows[source.loc[rows.index] == "measured"].sort_values("input_tokens")
+        if len(measured):
+            ax.plot(_col(measured, "input_tokens"), _col(measured, "phi_kv_gbps"), color=colors[name], marker="o",
+                    linestyle="none", label=f"{name} measured")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("input length (tokens)")
+    ax.set_ylabel("KV throughput Φ_kv (Gbps)")
+    hardware = df["hardware"].dropna().astype(str).unique() if "hardware" in df.columns else []
+    ax.set_title("KV throughput per prefill instance" + (f" ({', '.join(hardware)})" if len(hardware) else "")
+                 + "; lines: cost model, dots: measured")
+    ax.legend(fontsize="x-small", ncol=2)
+    ax.grid(alpha=0.3, which="both")
+
+
+# Axis labels of parameters that sweeps commonly vary (any other parameter is labelled by its key).
+PARAM_LABELS = {
+    "deployment.router.threshold_tokens": "routing threshold t (tokens)",
+    "deployment.local.n_prefill": "PD-P instances N_p",
+    "deployment.local.n_decode": "PD-D instances N_d",
+    "link.capacity_gbps": "cross-DC link capacity (Gbps)",
+    "workload.arrivals.cv": "inter-arrival CV (burstiness)",
+    "loadgen.rate_rps": "offered load (req/s)",
+}
+
+
+def param_label(param: str) -> str:
+    return PARAM_LABELS.get(param, param)
+
+
+def _series(table: pd.DataFrame, param: str) -> list[tuple[str, pd.DataFrame]]:
+    """One line per deployment and combination of the other swept parameters (the other dotted
+    override columns that vary)."""
+    others = [c for c in table.columns if "." in c and c not in (param, "loadgen.rate_rps")
+              and table[c].nunique(dropna=True) > 1]
+    keys = ["deployment", *others]
+    out = []
+    for key, rows in table.groupby(keys, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        label = str(key[0]) + "".join(f", {c.split('.')[-1]}={v:g}" if isinstance(v, float) else f", {c}={v}"
+                                      for c, v in zip(others, key[1:], strict=True))
+        out.append((label, rows.sort_values(param)))
+    return out
+
+
+def _param_axis(ax: Axes, table: pd.DataFrame, param: str) -> None:
+    x = _col(table, param)
+    x = x[np.isfinite(x)]
+    if x.size and x.min() > 0 and x.max() / x.min() >= 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(param_label(param))
+
+
+def sweep_lines(table: pd.DataFrame, param: str, ax: Axes) -> None:
+    """(h) A parameter sweep: emulated steady throughput (the capacity where saturated) vs the swept
+    parameter, the planner's Lambda_max at each point (dashed), and goodput where the point was
+    below capacity (dotted)."""
+    series = _series(table, param)
+    colors = palette([label for label, _ in series])
+    for label, rows in series:
+        x = _col(rows, param)
+        ax.plot(x, _col(rows, "steady_rps"), marker="o", color=colors[label], label=f"{label} emulated")
+        lam = _col(rows, "plan_lambda_max_rps")
+        if np.isfinite(lam).any():
+            ax.plot(x, lam, marker="x", linestyle="--", color=colors[label], label=f"{label} planner Λ_max")
+        open_loop = ~rows["saturated"].to_numpy(dtype=bool) if "saturated" in rows.columns else np.zeros(len(rows), bool)
+        if open_loop.any():
+            ax.plot(x[open_loop], _col(rows, "goodput_rps")[open_loop], marker="^", linestyle=":", color=colors[label],
+                    label=f"{label} goodput")
+    _param_axis(ax, table, param)
+    saturated = "saturated" in table.columns and bool(table["saturated"].all())
+    ax.set_ylabel("capacity (req/s)" if saturated else "throughput (req/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{'Capacity' if saturated else 'Throughput'} vs {param_label(param)}")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+
+
+def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes) -> None:
+    """(h) A parameter sweep: TTFT mean (solid) and P90 (dashed) vs the swept parameter."""
+    series = _series(table, param)
+    colors = palette([label for label, _ in series])
+    for label, rows in series:
+        x = _col(rows, param)
+        ax.plot(x, _col(rows, "ttft_mean_s"), marker="o", color=colors[label], label=f"{label} mean")
+        ax.plot(x, _col(rows, "ttft_p90_s"), marker="^", linestyle="--", color=colors[label], label=f"{label} P90")
+    _param_axis(ax, table, param)
+    ax.set_ylabel("TTFT (s)")
+    ax.set_yscale("log")
+    ax.set_title(f"TTFT vs {param_label(param)}")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3, which="both")
+
+
+def sweep_heatmap(table: pd.DataFrame, x_param: str, y_param: str, value: str = "steady_rps") -> Figure:
+    """(i) A two-parameter sweep: `value` on the (x, y) grid, one panel per deployment; missing
+    points are blank. The image arrays hold the values (rows: y ascending, columns: x ascending)."""
+    names = _names(table)
+    fig = Figure(figsize=(5.5 * max(len(names), 1), 4.5), dpi=_DPI, layout="constrained")
+    for i, name in enumerate(names):
+        ax = fig.add_subplot(1, len(names), i + 1)
+        rows = table[table["deployment"] == name]
+        grid = rows.pivot_table(index=y_param, columns=x_param, values=value, aggfunc="max").sort_index().sort_index(axis=1)
+        data = grid.to_numpy(dtype=float)
+        image = ax.imshow(data, origin="lower", aspect="auto", cmap="viridis")
+        for (r, c), v in np.ndenumerate(data):
+            if np.isfinite(v):
+                ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize="small",
+                        color="white" if v < np.nanmean(data) else "black")
+        ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
+        ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
+        ax.set_xlabel(param_label(x_param))
+        ax.set_ylabel(param_label(y_param))
+        ax.set_title(name)
+        fig.colorbar(image, ax=ax, label="capacity (req/s)" if value == "steady_rps" else value)
+    fig.suptitle(f"{value} over {param_label(x_param)} x {param_label(y_param)}")
+    return fig
 
 
 def _mark_best(ax: Axes, x: np.ndarray, y: np.ndarray, fmt: str) -> None:

@@ -99,6 +99,8 @@ def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, met
         "link_util_p99": m.link_util(ts, "p99"),
         "offload_fraction": m.offload_fraction(df),
         "cache_hit_token_frac": m.cache_hit_token_frac(df),
+        "cached_token_frac": m.cached_token_frac(df),
+        "prefill_tokens_computed": m.prefill_tokens_computed(df),
         "kv_bytes_prfaas_total": m.kv_bytes_prfaas_total(df),
         "arrival_rps": m.arrival_rps(df),
         "duration_s": m.duration_s(df),

@@ -8,16 +8,19 @@ analytic model predicted beside what the emulator measured.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.clock import Clock
 from harness.costmodel import build_profile
 from harness.deploy.deployment import Deployment
 from harness.deploy.link import Link
+from harness.deploy.rebalancer import Rebalancer
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
 from harness.workload import input_length_distribution, mean_output_tokens
@@ -43,6 +46,27 @@ def make_plan(cfg: DictConfig) -> dict[str, Any]:
     plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, values, weights,
                            mean_output_tokens(cfg.workload))
     return plan.to_dict()
+
+
+def replanner(cfg: DictConfig):
+    """The planner as the rebalancer calls it: for observed lengths, free or with a fixed config."""
+    base = OmegaConf.to_container(cfg.deployment, resolve=True)
+
+    def plan(lengths: np.ndarray, mean_output: float, fixed):
+        dep = copy.deepcopy(base)
+        router = dep.get("router") or {}
+        n_p, n_d, t = fixed if fixed is not None else (None, None, None)
+        dep["local"]["n_prefill"], dep["local"]["n_decode"] = n_p, n_d
+        if "threshold_tokens" in router:
+            router["threshold_tokens"] = t
+        try:
+            result = plan_deployment(dep, cfg.model, cfg.link, cfg.planner, lengths, np.ones_like(lengths),
+                                     mean_output).to_dict()
+        except InputError:
+            return 0.0, n_p, n_d, t
+        return result["lambda_max_rps"], result["n_prefill"], result["n_decode"], result["threshold_tokens"]
+
+    return plan
 
 
 def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
@@ -88,12 +112,21 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         prfaas_profile=prfaas_profile,
         n_prfaas=n_prfaas,
         cross_link=Link.from_config(clock, cfg.link) if prfaas is not None else None,
+        reverse_link=Link.from_config(clock, cfg.link) if prfaas is not None else None,
         rdma_link=rdma,
         block_tokens=int(cfg.workload.get("block_tokens", 512)),
-        cache_capacity_blocks=dep.cache.capacity_blocks,
-        prefix_cache=bool(dep.cache.enabled),
+        cache_capacity_tokens=cfg.cache.capacity_tokens,
+        prefix_cache=bool(cfg.cache.enabled),
+        exact_state_match=bool(cfg.cache.exact_state_match),
         max_batch_tokens=dep.prefill_max_batch_tokens,
         decode_step_s=dep.decode_step_s,
         mode=mode,
     )
+    reb = cfg.rebalancer
+    if reb.enabled:
+        rebalancer = Rebalancer(clock, deployment, replanner(cfg), period_s=reb.period_s, window_s=reb.window_s,
+                                switch_delay_s=reb.switch_delay_s, min_gain=reb.min_gain,
+                                min_samples=reb.min_samples)
+        deployment.observers.append(rebalancer.observe)
+        deployment.rebalancer = rebalancer
     return Built(deployment, plan, threshold, n_prfaas, int(n_prefill), int(n_decode))

@@ -75,7 +75,7 @@ class DecodeInstance:
         """
         if math.isfinite(job.finish_s):
             return job.request.output_tokens
-        join = job.extra.get("join_step")
+        join = job.join_step
         if join is None:
             return 0
         steps = self._step
@@ -128,7 +128,7 @@ class DecodeInstance:
             self.on_done(job)
             return
         req = job.request
-        job.extra["join_step"] = self._step
+        job.join_step = self._step
         self._context_tokens += req.input_tokens + req.output_tokens // 2
         heapq.heappush(self._ends, (self._step + remaining, self._seq, job))
         self._seq += 1

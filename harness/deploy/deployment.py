@@ -1,26 +1,47 @@
 """An emulated PD deployment: a local PD cluster, an optional remote PrfaaS cluster, the links
-between them and a router, all on one injected clock.
+between them, a hybrid prefix cache pool per cluster and a router, all on one injected clock.
 
-A request's path: route (local or PrfaaS) -> least-loaded prefill instance of that cluster ->
-KV streamed to the local decode side while the prefill runs (layer-wise pipelining; over RDMA
-inside the cluster, over the cross-DC link from PrfaaS) -> when both the prefill and the
-transfer are done, a FIFO wait for a decode slot -> decode. Every submitted request ends in
-exactly one record, completed or failed with a reason.
+A request's path: look up both clusters' pools (the global KV cache manager's view: l_pd,
+l_prfaas) -> route -> optionally fetch a longer prefix across clusters -> a cache-affine or
+least-loaded prefill instance -> KV streamed to the local decode side while the prefill runs
+(layer-wise pipelining; over RDMA inside the cluster, over the cross-DC link from PrfaaS), held in
+transfer-cache blocks until it lands -> a FIFO wait for a decode slot -> decode. Every submitted
+request ends in exactly one record, completed or failed with a reason.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from harness.clock import Clock
+from harness.deploy.cache_pool import HybridCachePool, Lookup
 from harness.deploy.decode import DecodeInstance
 from harness.deploy.job import Job
 from harness.deploy.link import Link
 from harness.deploy.prefill import PrefillInstance
 from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, RoutedRequest
-from harness.workload.prefix import PrefixCache
 from harness.workload.request import Request
+
+_NO_CACHE = Lookup(0, 0, 0, 0, None)
+
+
+@dataclass
+class _Drain:
+    """An instance changing role: it takes no new work, finishes what it holds, then switches."""
+
+    instance: PrefillInstance | DecodeInstance
+    new_role: str  # "prefill" | "decode"
+    delay_s: float
+    switching: bool = False
+
+    @property
+    def idle(self) -> bool:
+        inst = self.instance
+        if isinstance(inst, PrefillInstance):
+            return not inst.running and not inst.queue
+        return inst.reserved == 0
 
 
 class Deployment:
@@ -36,10 +57,12 @@ class Deployment:
         prfaas_profile=None,
         n_prfaas: int = 0,
         cross_link: Link | None = None,
+        reverse_link: Link | None = None,
         rdma_link: Link | None = None,
         block_tokens: int = 512,
-        cache_capacity_blocks: int | None = None,
+        cache_capacity_tokens: int | None = None,
         prefix_cache: bool = True,
+        exact_state_match: bool = True,
         max_batch_tokens: int | None = None,
         decode_step_s: float | None = None,
         mode: str = "sim",
@@ -48,42 +71,51 @@ class Deployment:
         self.mode = mode
         self.clock = clock
         self.router = router
-        self.local_profile = local_profile
-        self.prfaas_profile = prfaas_profile
+        self.profiles = {LOCAL: local_profile, PRFAAS: prfaas_profile}
         self.cross_link = cross_link
+        self.reverse_link = reverse_link
         self.rdma_link = rdma_link
         self.block_tokens = block_tokens
         self.prefix_cache = prefix_cache
-        self.caches = {LOCAL: PrefixCache(cache_capacity_blocks), PRFAAS: PrefixCache(cache_capacity_blocks)}
-        self.prefill = {
-            LOCAL: [
-                PrefillInstance(f"pdp{i}", clock, local_profile, self._on_prefill_start, self._on_prefill_done,
-                                max_batch_tokens)
-                for i in range(n_prefill)
-            ],
-            PRFAAS: [
-                PrefillInstance(f"prfaas{i}", clock, prfaas_profile, self._on_prefill_start, self._on_prefill_done,
-                                max_batch_tokens)
-                for i in range(n_prfaas)
-            ],
+        self.max_batch_tokens = max_batch_tokens
+        self.decode_step_s = decode_step_s
+        self.pools = {
+            cluster: HybridCachePool(block_tokens=block_tokens, kv_bytes_per_token=prof.kv_bytes_per_token,
+                                     state_bytes=prof.state_bytes, capacity_tokens=cache_capacity_tokens,
+                                     exact_state_match=exact_state_match)
+            for cluster, prof in self.profiles.items() if prof is not None
         }
-        self.decode = [
-            DecodeInstance(f"pdd{i}", clock, local_profile, self._on_first_token, self._on_decode_done, decode_step_s)
-            for i in range(n_decode)
-        ]
+        self.prefill: dict[str, list[PrefillInstance]] = {
+            LOCAL: [self._new_prefill(f"pdp{i}", LOCAL) for i in range(n_prefill)],
+            PRFAAS: [self._new_prefill(f"prfaas{i}", PRFAAS) for i in range(n_prfaas)],
+        }
+        self.decode = [self._new_decode(f"pdd{i}") for i in range(n_decode)]
+        self._instance_seq = max(n_prefill, n_decode)
+        self.draining: list[_Drain] = []
+        self.roles_log: list[tuple[float, int, int]] = [(clock.now(), n_prefill, n_decode)]
         self.waiting: deque[Job] = deque()
         self.in_flight: dict[int, Job] = {}
         self.records: list[dict] = []
+        self.evictions: list[tuple[float, int]] = []  # (time, blocks evicted), for the time series
         self.on_record: Callable[[dict], None] | None = None
         self.on_first_token: Callable[[Job], None] | None = None
+        self.observers: list[Callable[[Job], None]] = []  # see every routed request (the rebalancer)
+        self.rebalancer = None
+
+    def _new_prefill(self, name: str, cluster: str) -> PrefillInstance:
+        return PrefillInstance(name, self.clock, self.profiles[cluster], self._on_prefill_start,
+                               self._on_prefill_done, self.max_batch_tokens)
+
+    def _new_decode(self, name: str) -> DecodeInstance:
+        return DecodeInstance(name, self.clock, self.profiles[LOCAL], self._on_first_token, self._on_decode_done,
+                              self.decode_step_s)
 
     # -- arrival and routing ------------------------------------------------------------------
-    def _cached_tokens(self, cluster: str, request: Request) -> int:
-        if not self.prefix_cache or not request.hash_ids:
-            return 0
-        hit = self.caches[cluster].match(request.hash_ids) * self.block_tokens
-        # At least one token is always computed: the prefill produces the first output token.
-        return max(0, min(hit, request.input_tokens - 1))
+    def _lookup(self, cluster: str, request: Request) -> Lookup:
+        pool = self.pools.get(cluster)
+        if pool is None or not self.prefix_cache or not request.hash_ids:
+            return _NO_CACHE
+        return pool.lookup(request.hash_ids, request.input_tokens)
 
     def view(self) -> ClusterView:
         link = self.cross_link
@@ -96,15 +128,17 @@ class Deployment:
             link_capacity_gbps=capacity,
             prfaas_backlog_s=min((p.backlog_s() for p in self.prefill[PRFAAS]), default=float("inf")),
             local_backlog_s=min((p.backlog_s() for p in self.prefill[LOCAL]), default=float("inf")),
+            now_s=self.clock.now(),
+            link_backlog_s=link.backlog_s() if link is not None else 0.0,
         )
 
     def submit(self, request: Request) -> Job:
         job = Job(request)
         self.in_flight[request.request_id] = job
-        cached_local = self._cached_tokens(LOCAL, request)
-        cached_prfaas = self._cached_tokens(PRFAAS, request)
-        routed = RoutedRequest(request.input_tokens, cached_local, cached_prfaas)
-        cluster = self.router.route(routed, self.view())
+        looks = {LOCAL: self._lookup(LOCAL, request), PRFAAS: self._lookup(PRFAAS, request)}
+        routed = RoutedRequest(request.input_tokens, looks[LOCAL].usable_tokens, looks[PRFAAS].usable_tokens)
+        route = self.router.route(routed, self.view())
+        cluster = route.cluster
         instances = self.prefill[cluster]
         if not instances:
             self._fail(job, f"router chose {cluster!r}, which has no prefill instances")
@@ -112,41 +146,92 @@ class Deployment:
         if not any(d.fits_ever(job) for d in self.decode):
             self._fail(job, "KV of input+output exceeds every decode instance's memory")
             return job
+        look = looks[cluster]
         job.route = cluster
-        job.cached_tokens = cached_local if cluster == LOCAL else cached_prfaas
-        job.extra["cached_local"] = cached_local
-        min(instances, key=PrefillInstance.backlog_s).submit(job)
+        job.cached_tokens = look.usable_tokens
+        job.cache_hit_tokens = look.hit_tokens
+        job.cached_local_tokens = looks[LOCAL].usable_tokens
+        instance = self._choose_instance(instances, look)
+        for observe in self.observers:
+            observe(job)
+        if look is not _NO_CACHE:
+            pool = self.pools[cluster]
+            pool.record(look, request.input_tokens)
+            self._note_evictions(pool.insert(request.hash_ids, request.input_tokens, instance.name))
+        source = route.fetch_prefix_from
+        if source is not None and looks[source].ready_tokens > look.usable_tokens:
+            self._fetch_then_prefill(job, source, looks[source].ready_tokens, instance)
+        else:
+            instance.submit(job)
         return job
+
+    @staticmethod
+    def _choose_instance(instances: list[PrefillInstance], look: Lookup) -> PrefillInstance:
+        """Cache-affine when the matched prefix is still being computed, else least loaded."""
+        if look.pending_owner is not None:
+            for instance in instances:
+                if instance.name == look.pending_owner:
+                    return instance
+        return min(instances, key=PrefillInstance.backlog_s)
+
+    def _fetch_then_prefill(self, job: Job, source: str, tokens: int, instance: PrefillInstance) -> None:
+        """Cross-cluster cache transfer: move the longer prefix (KV + state) to the computing cluster."""
+        profile = self.profiles[source]
+        nbytes = float(profile.kv_bytes(tokens)) - float(profile.kv_bytes(job.cached_tokens)) + (
+            float(profile.kv_bytes(0)) if job.cached_tokens > 0 else 0.0)
+        link = self.cross_link if source == PRFAAS else self.reverse_link
+        if link is None:
+            instance.submit(job)
+            return
+        job.fetched_tokens = tokens - job.cached_tokens
+        job.fetch_bytes = nbytes
+
+        def landed() -> None:
+            job.cached_tokens = tokens
+            instance.submit(job)
+
+        link.transfer(nbytes, landed)
+
+    def _note_evictions(self, n: int) -> None:
+        if n:
+            self.evictions.append((self.clock.now(), n))
 
     # -- prefill and KV transfer --------------------------------------------------------------
     def _kv_to_send(self, job: Job, profile) -> float:
         """KV the decode side lacks: everything past the local cluster's cached prefix, plus state."""
-        request = job.request
-        full = float(profile.kv_bytes(request.input_tokens))
-        cached_local = job.extra["cached_local"]
+        full = float(profile.kv_bytes(job.request.input_tokens))
+        cached_local = job.cached_local_tokens
         if cached_local <= 0:
             return full
         return full - float(profile.kv_bytes(cached_local)) + float(profile.kv_bytes(0))
 
     def _on_prefill_start(self, job: Job, duration_s: float) -> None:
-        profile = self.prfaas_profile if job.route == PRFAAS else self.local_profile
+        profile = self.profiles[job.route]
         link = self.cross_link if job.route == PRFAAS else self.rdma_link
         job.kv_bytes = self._kv_to_send(job, profile)
         if link is None:
             return
         job.transfer_pending = True
+        pool = self.pools.get(job.route)
+        if pool is not None:
+            self._note_evictions(pool.reserve_transfer(job.kv_bytes))
         link.transfer(job.kv_bytes, lambda: self._on_transfer_done(job), produce_s=duration_s)
 
     def _on_prefill_done(self, job: Job) -> None:
         job.prefill_pending = False
-        if self.prefix_cache and job.request.hash_ids:
-            self.caches[job.route].insert(job.request.hash_ids)
+        pool = self.pools.get(job.route)
+        if pool is not None and self.prefix_cache and job.request.hash_ids:
+            pool.mark_ready(job.request.hash_ids, job.request.input_tokens)
         if not job.transfer_pending:
             self._kv_ready(job)
+        self._check_draining()
 
     def _on_transfer_done(self, job: Job) -> None:
         job.transfer_pending = False
         job.kv_done_s = self.clock.now()
+        pool = self.pools.get(job.route)
+        if pool is not None:
+            pool.release_transfer(job.kv_bytes)
         if not job.prefill_pending:
             self._kv_ready(job)
 
@@ -171,16 +256,56 @@ class Deployment:
 
     def _on_decode_done(self, job: Job) -> None:
         self._finish(job)
+        self._check_draining()
         self._dispatch()
 
     def tokens_done(self, job: Job) -> int:
         """Output tokens produced so far (for streaming in live mode)."""
         if job.finish_s == job.finish_s:  # finished (not NaN)
             return job.request.output_tokens if job.error is None else 0
-        for instance in self.decode:
-            if instance.name == job.decode_instance:
+        for instance in [*self.decode, *(d.instance for d in self.draining)]:
+            if instance.name == job.decode_instance and isinstance(instance, DecodeInstance):
                 return instance.tokens_done(job, self.clock.now())
         return 0
+
+    # -- role changes (the long-term rebalancer) ----------------------------------------------
+    def convert(self, n_prefill: int, n_decode: int, switch_delay_s: float) -> None:
+        """Move local instances between prefill and decode: drain, wait `switch_delay_s`, switch."""
+        to_decode = len(self.prefill[LOCAL]) - n_prefill
+        to_prefill = len(self.decode) - n_decode
+        for _ in range(max(0, to_decode)):
+            instance = min(self.prefill[LOCAL], key=PrefillInstance.backlog_s)
+            self.prefill[LOCAL].remove(instance)
+            self._start_drain(instance, "decode", switch_delay_s)
+        for _ in range(max(0, to_prefill)):
+            instance = min(self.decode, key=lambda d: d.reserved)
+            self.decode.remove(instance)
+            self._start_drain(instance, "prefill", switch_delay_s)
+        self._log_roles()
+        self._check_draining()
+
+    def _start_drain(self, instance, new_role: str, delay_s: float) -> None:
+        self.draining.append(_Drain(instance, new_role, delay_s))
+
+    def _check_draining(self) -> None:
+        for drain in self.draining:
+            if drain.switching or not drain.idle:
+                continue
+            drain.switching = True
+            self.clock.call_at(self.clock.now() + drain.delay_s, lambda d=drain: self._switch(d))
+
+    def _switch(self, drain: _Drain) -> None:
+        self.draining.remove(drain)
+        self._instance_seq += 1
+        if drain.new_role == "decode":
+            self.decode.append(self._new_decode(f"pdd{self._instance_seq}"))
+            self._dispatch()
+        else:
+            self.prefill[LOCAL].append(self._new_prefill(f"pdp{self._instance_seq}", LOCAL))
+        self._log_roles()
+
+    def _log_roles(self) -> None:
+        self.roles_log.append((self.clock.now(), len(self.prefill[LOCAL]), len(self.decode)))
 
     # -- records ------------------------------------------------------------------------------
     def _finish(self, job: Job) -> None:

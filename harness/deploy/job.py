@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from harness.workload.request import Request
 
@@ -16,7 +16,11 @@ class Job:
 
     request: Request
     route: str = ""  # "local" | "prfaas"
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prefix the prefill skips (usable cache hit, or fetched across clusters)
+    cache_hit_tokens: int = 0  # block-level KV hit in the prefilling cluster's pool
+    cached_local_tokens: int = 0  # l_pd: what the local PD cluster holds, seen at routing
+    fetched_tokens: int = 0  # prefix moved across clusters before the prefill
+    fetch_bytes: float = 0.0
     prefill_instance: str = ""
     decode_instance: str = ""
     prefill_s: float = NAN  # service time on the chosen prefill instance
@@ -30,7 +34,7 @@ class Job:
     error: str | None = None
     transfer_pending: bool = False
     prefill_pending: bool = True
-    extra: dict = field(default_factory=dict)
+    join_step: int | None = None  # decode step at which the request joined its batch
 
     @property
     def new_tokens(self) -> int:
@@ -51,6 +55,8 @@ class Job:
             "arrival_s": arrival,
             "input_tokens": req.input_tokens,
             "cached_tokens": self.cached_tokens,
+            "cache_hit_tokens": self.cache_hit_tokens,
+            "fetched_tokens": self.fetched_tokens,
             "output_tokens": n_out if self.error is None else 0,
             "route": self.route,
             "prefill_instance": self.prefill_instance,
@@ -64,5 +70,6 @@ class Job:
             "tpot_s": tpot,
             "e2e_s": e2e,
             "kv_bytes_sent": self.kv_bytes,
+            "fetch_bytes": self.fetch_bytes,
             "error": self.error,
         }

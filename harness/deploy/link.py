@@ -189,6 +189,24 @@ class Link:
         return self._agg / _BYTES_PER_GBIT
 
     @property
+    def backlog_bytes(self) -> float:
+        """KV produced but not yet sent: the queue a congestion-aware scheduler watches."""
+        now = self._clock.now()
+        total = 0.0
+        for f in self._flows:
+            produced = f.nbytes if now >= f.produce_end_s else f._produce_rate * (now - f.start_s)
+            total += max(0.0, produced - f.sent_bytes)
+        return total
+
+    def backlog_s(self) -> float:
+        """Seconds the current backlog takes at the current capacity (inf when the link is down)."""
+        backlog = self.backlog_bytes
+        if backlog <= 0:
+            return 0.0
+        capacity = self._capacity_gbps * _BYTES_PER_GBIT
+        return backlog / capacity if capacity > 0 else math.inf
+
+    @property
     def active_flows(self) -> int:
         return len(self._flows)
 

@@ -31,10 +31,23 @@ class LocalClusterConfig:
 
 @dataclass
 class CacheConfig:
-    """Per-cluster prefix cache on the prompt's hash_ids (block-level LRU)."""
+    """The hybrid prefix cache pool of each cluster (prefix matching on the prompt's hash_ids)."""
 
     enabled: bool = True
-    capacity_blocks: int | None = None  # None: unlimited
+    capacity_tokens: int | None = None  # per cluster, in full-attention KV tokens; None: unlimited
+    exact_state_match: bool = True  # hybrids: a prefix is usable only where a linear state was stored
+
+
+@dataclass
+class RebalancerConfig:
+    """Long-term re-optimisation of the PD split and threshold from observed traffic."""
+
+    enabled: bool = False
+    period_s: float = 60.0  # how often to re-plan
+    window_s: float = 120.0  # traffic window the plan is made from
+    switch_delay_s: float = 10.0  # a drained instance's role switch (reload, warm-up)
+    min_gain: float = 0.05  # re-plan only when it predicts at least this relative throughput gain
+    min_samples: int = 50  # requests in the window before a plan is trusted
 
 
 @dataclass
@@ -43,7 +56,6 @@ class DeploymentConfig:
     prfaas: RemoteClusterConfig | None = None
     local: LocalClusterConfig = field(default_factory=LocalClusterConfig)
     router: Any = None
-    cache: CacheConfig = field(default_factory=CacheConfig)
     prefill_max_batch_tokens: int | None = None  # token-budget batching; None: one request per pass
     decode_step_s: float | None = None  # override the profile's decode step time
 

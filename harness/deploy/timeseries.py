@@ -40,6 +40,9 @@ def build_timeseries(
     n_decode: int,
     decode_slots: int | None = None,
     link=None,
+    reverse_link=None,
+    roles_log: list[tuple[float, int, int]] | None = None,
+    evictions: list[tuple[float, int]] | None = None,
 ) -> pd.DataFrame:
     n_bins = max(1, int(np.ceil(t_end / bin_s)))
     edges = np.arange(n_bins + 1, dtype=float) * bin_s
@@ -51,6 +54,8 @@ def build_timeseries(
     else:
         frame["egress_gbps"] = np.zeros(n_bins)
         frame["link_capacity_gbps"] = np.zeros(n_bins)
+    if reverse_link is not None:
+        frame["reverse_egress_gbps"] = reverse_link.egress_series(edges[-1], bin_s)[1][:n_bins]
     col = {name: requests[name].to_numpy(float) for name in
            ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_s", "first_token_s", "finish_s")}
     route = requests["route"].to_numpy()
@@ -66,4 +71,16 @@ def build_timeseries(
     frame["util_decode"] = running / slots if slots else np.zeros(n_bins)  # share of batch slots in use
     frame["arrivals_per_s"] = np.histogram(col["arrival_s"], edges)[0] / bin_s
     frame["completions_per_s"] = np.histogram(col["finish_s"][np.isfinite(col["finish_s"])], edges)[0] / bin_s
+    if "cache_hit_tokens" in requests:
+        frame["cache_hit_tokens_per_s"] = np.histogram(col["arrival_s"], edges,
+                                                       weights=requests["cache_hit_tokens"].to_numpy(float))[0] / bin_s
+    if evictions is not None:
+        t_ev = np.array([t for t, _ in evictions], dtype=float)
+        n_ev = np.array([n for _, n in evictions], dtype=float)
+        frame["cache_evictions_per_s"] = np.histogram(t_ev, edges, weights=n_ev)[0] / bin_s
+    if roles_log:
+        t_roles = np.array([t for t, _, _ in roles_log])
+        at = np.searchsorted(t_roles, edges[:-1], side="right") - 1
+        frame["n_prefill_active"] = np.array([roles_log[max(i, 0)][1] for i in at])
+        frame["n_decode_active"] = np.array([roles_log[max(i, 0)][2] for i in at])
     return pd.DataFrame(frame)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from harness.live.engine import LiveEngine, LiveJob
-from harness.live.protocol import ApiError, GenerationParams, parse_generation
+from harness.live.protocol import ApiError, GenerationParams, load_body, parse_generation
 from harness.live.responses import DONE, ChunkWriter, full_response, usage
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def make_app(engine: LiveEngine, options: ServeOptions) -> web.Application:
 async def _generate(request: web.Request, engine: LiveEngine, options: ServeOptions, api: str) -> web.StreamResponse:
     raw = await request.read()  # aiohttp raises 413 past client_max_size
     try:
-        body = json.loads(raw)
+        body = load_body(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from err
     params = parse_generation(body, api, served_model=options.served_model, max_model_len=options.max_model_len,

@@ -9,8 +9,12 @@ the emulator's tokens carry no content.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from harness.live.tokens import text_token_ids
 
@@ -35,12 +39,39 @@ class ApiError(Exception):
 class GenerationParams:
     api: str  # "completions" | "chat"
     model: str
-    prompt_ids: list[int]
+    prompt_ids: list[int] | np.ndarray
     max_tokens: int
     min_tokens: int
     ignore_eos: bool
     stream: bool
     include_usage: bool
+
+
+# Token-id prompts run to 100K+ ids; json.loads plus a per-element check costs ~3 ms per 30K ids on
+# the event loop the whole live run shares. The fast path parses the list with numpy (~2x faster)
+# and lets json handle the rest of the body; anything unusual takes the ordinary path.
+_PROMPT_LIST = re.compile(rb'(?<!\\)"prompt"\s*:\s*\[')
+_IDS_ONLY = re.compile(rb"[0-9,\s]*")
+_MAX_TOKEN_ID = 1 << 62
+
+
+def load_body(raw: bytes) -> Any:
+    """json.loads(raw), with a token-id `prompt` list returned as an int64 array."""
+    m = _PROMPT_LIST.search(raw)
+    if m is not None:
+        end = raw.find(b"]", m.end())
+        inner = raw[m.end():end]
+        if end > 0 and b"," in inner and _IDS_ONLY.fullmatch(inner):
+            try:
+                ids = np.fromstring(inner, dtype=np.int64, sep=",")
+                body = json.loads(raw[:m.end() - 1] + b"null" + raw[end + 1:])
+            except ValueError:
+                body = None
+            if (isinstance(body, dict) and "prompt" in body and body["prompt"] is None
+                    and ids.size == inner.count(b",") + 1 and ids.max() < _MAX_TOKEN_ID):
+                body["prompt"] = ids
+                return body
+    return json.loads(raw)
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -51,15 +82,26 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _token_list(value: list[Any], param: str) -> list[int]:
-    for i, v in enumerate(value):
-        if not _is_int(v) or v < 0:
-            raise _bad(f"{param}[{i}] must be a non-negative integer token id, got {v!r}", param)
-    return value
+def _token_list(value: list[Any], param: str) -> np.ndarray:
+    """Token ids as an int64 array; checked in one vectorised pass (prompts run to 100K+ ids)."""
+    if not value:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        ids = np.asarray(value)
+    except (ValueError, OverflowError):
+        ids = np.asarray(value, dtype=object)
+    if ids.ndim == 1 and ids.dtype.kind in "iu" and (ids.size == 0 or ids.min() >= 0):
+        return ids.astype(np.int64, copy=False)
+    for i, v in enumerate(value):  # slow path, only to name the bad element
+        if not _is_int(v) or v < 0 or v >= 1 << 63:
+            raise _bad(f"{param}[{i}] must be a non-negative integer token id, got {v!r:.40}", param)
+    raise _bad(f"{param} must be a flat list of token ids", param)
 
 
-def _prompt_ids(prompt: Any) -> list[int]:
+def _prompt_ids(prompt: Any) -> list[int] | np.ndarray:
     """Text, a token-id list, or a batch of exactly one of those."""
+    if isinstance(prompt, np.ndarray):  # from load_body's fast path: already checked
+        return prompt
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
@@ -125,7 +167,7 @@ def parse_generation(body: Any, api: str, *, served_model: str, max_model_len: i
             raise _bad("prompt is required", "prompt")
         ids = _prompt_ids(body["prompt"])
         max_key = "max_tokens"
-    if not ids:
+    if len(ids) == 0:
         raise _bad("the prompt has no tokens", "messages" if api == "chat" else "prompt")
     max_tokens = _optional(body, max_key, int, default_max_tokens)
     if max_tokens < 1:

@@ -100,6 +100,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
                     scheduled = t0 + round(request.arrival_s * ns_per_run_s)
                     await clock.sleep_until(scheduled)
                     tg.create_task(send(body, new_record(request, scheduled)))
+                    await asyncio.sleep(0)  # let it go out before we build the next body
             else:
                 feed = iter(ordered)
                 await clock.sleep_until(t0)

@@ -62,8 +62,17 @@ class TraceWorkloadConfig(WorkloadConfig):
     arrivals: Any = None  # null: Replay() with the trace's own timestamps
 
 
+@dataclass
+class PhasedWorkloadConfig(WorkloadConfig):
+    _target_: str = "harness.workload.phased.PhasedWorkload"
+    num_requests: int | None = None  # null: every phase's requests
+    phases: Any = MISSING  # a list of workload nodes, each with its own _target_
+    gap_s: float = 0.0
+
+
 def register(cs: ConfigStore) -> None:
     cs.store(group="workload", name="base_synthetic", node=SyntheticWorkloadConfig)
     cs.store(group="workload", name="base_fixed", node=FixedWorkloadConfig)
     cs.store(group="workload", name="base_agentic", node=AgenticWorkloadConfig)
     cs.store(group="workload", name="base_trace", node=TraceWorkloadConfig)
+    cs.store(group="workload", name="base_phased", node=PhasedWorkloadConfig)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, RoutedRequest
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest
 from harness.errors import require
 
 
@@ -26,10 +26,14 @@ class PrfaasRouter:
         if self.threshold_tokens is None:
             self.threshold_tokens = threshold_tokens
 
-    def route(self, request: RoutedRequest, view: ClusterView) -> str:
+    def set_threshold(self, threshold_tokens: float) -> None:
+        """The long-term rebalancer re-optimises t as traffic shifts."""
+        self.threshold_tokens = threshold_tokens
+
+    def route(self, request: RoutedRequest, view: ClusterView) -> Route:
         if not view.has_prfaas:
-            return LOCAL
+            return Route(LOCAL)
         if not view.has_local_prefill:
-            return PRFAAS
+            return Route(PRFAAS)
         incremental = request.input_tokens - request.cached_local_tokens
-        return PRFAAS if incremental > self.threshold_tokens else LOCAL
+        return Route(PRFAAS if incremental > self.threshold_tokens else LOCAL)

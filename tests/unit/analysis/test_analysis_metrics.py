@@ -111,9 +111,13 @@ def test_offload_fraction_is_the_share_of_routed_requests_sent_remote(routes, ex
     assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
 
 
-def test_cache_hit_token_frac_is_cached_over_input_tokens():
+def test_cache_fractions_are_hits_and_skips_over_input_tokens():
+    """Pool hits (block-level) and skipped prefill (usable) are separate: hybrids reuse less than they hit."""
     df = frame(input_tokens=[1000, 3000], cached_tokens=[0, 1000], ttft_s=[1.0, 1.0])
-    assert m.cache_hit_token_frac(df) == pytest.approx(0.25)
+    df["cache_hit_tokens"] = [512, 1536]
+    assert m.cache_hit_token_frac(df) == pytest.approx(0.512)
+    assert m.cached_token_frac(df) == pytest.approx(0.25)
+    assert m.prefill_tokens_computed(df) == 3000
 
 
 def test_kv_bytes_prfaas_total_counts_only_remote_transfers():

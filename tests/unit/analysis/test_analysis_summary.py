@@ -37,6 +37,7 @@ def three_requests() -> tuple[pd.DataFrame, pd.DataFrame]:
     """Arrivals 0, 2, 4 s; TTFT 1, 2, 3 s; the third failed. Finish 11, 13 -> span 13 s."""
     req = requests_frame([
         {"deployment": "prfaas_pd", "request_id": 0, "arrival_s": 0.0, "input_tokens": 1000, "cached_tokens": 500,
+         "cache_hit_tokens": 1000,
          "output_tokens": 11, "route": "prfaas", "ttft_s": 1.0, "tpot_s": 0.02, "e2e_s": 11.0, "finish_s": 11.0},
         {"deployment": "prfaas_pd", "request_id": 1, "arrival_s": 2.0, "input_tokens": 3000, "output_tokens": 21,
          "route": "local", "ttft_s": 2.0, "tpot_s": 0.04, "e2e_s": 11.0, "finish_s": 13.0},
@@ -61,7 +62,9 @@ def test_summary_has_the_contract_keys_first_and_known_values():
     assert s["slo_attainment"] == pytest.approx(1 / 3)  # only request 0 meets TTFT <= 1.5 and TPOT <= 25 ms
     assert s["goodput_rps"] == pytest.approx(1 / 13)
     assert s["offload_fraction"] == pytest.approx(2 / 3)
-    assert s["cache_hit_token_frac"] == pytest.approx(500 / 8000)
+    assert s["cache_hit_token_frac"] == pytest.approx(1000 / 8000)  # pool hits
+    assert s["cached_token_frac"] == pytest.approx(500 / 8000)  # what the prefills skipped
+    assert s["prefill_tokens_computed"] == 7500
     assert s["egress_gbps_mean"] == pytest.approx(3.0) and s["link_util_mean"] == pytest.approx(0.03)
     assert s["util_decode_mean"] == pytest.approx(0.5)
     assert (s["plan_lambda_max_rps"], s["plan_theta_prfaas_rps"], s["threshold_tokens"]) == (3.0, 1.5, 19400)

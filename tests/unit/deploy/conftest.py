@@ -18,6 +18,8 @@ class FakeProfile:
         self.kv_per_token = kv_per_token
         self.kv_state = kv_state
         self.kv_capacity_bytes = kv_capacity_bytes
+        self.kv_bytes_per_token = kv_per_token
+        self.state_bytes = kv_state
 
     def prefill_s(self, new_tokens, cached_tokens=0):
         return self.base_s + self.per_token_s * new_tokens

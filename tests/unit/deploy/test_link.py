@@ -355,3 +355,18 @@ def test_bad_calls_name_the_field(call, field):
     with pytest.raises(InputError, match=field) as err:
         call(link)
     assert "got" in str(err.value)
+
+
+def test_backlog_counts_produced_but_unsent_bytes():
+    """8 MB produced over 1 s on a 16 Mbit/s (2 MB/s) link: at 1 s, 8 MB made, 2 MB sent, 6 MB wait (3 s)."""
+    clock = VirtualClock()
+    link = Link(clock, 0.016)
+    link.transfer(8e6, lambda: None, produce_s=1.0)
+    seen = {}
+    clock.call_at(0.5, lambda: seen.__setitem__(0.5, (link.backlog_bytes, link.backlog_s())))
+    clock.call_at(1.0, lambda: seen.__setitem__(1.0, (link.backlog_bytes, link.backlog_s())))
+    clock.run()
+    assert seen[0.5][0] == pytest.approx(3e6)
+    assert seen[1.0][0] == pytest.approx(6e6)
+    assert seen[1.0][1] == pytest.approx(3.0)
+    assert link.backlog_bytes == 0.0

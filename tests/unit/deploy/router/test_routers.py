@@ -27,15 +27,15 @@ VIEW = ClusterView(has_prfaas=True, has_local_prefill=True, egress_utilisation=0
 )
 def test_prfaas_threshold_on_incremental_length(input_tokens, cached_local, cached_prfaas, expected):
     router = PrfaasRouter(threshold_tokens=20_000)
-    assert router.route(RoutedRequest(input_tokens, cached_local, cached_prfaas), VIEW) == expected
+    assert router.route(RoutedRequest(input_tokens, cached_local, cached_prfaas), VIEW).cluster == expected
 
 
 def test_prfaas_router_falls_back_when_a_cluster_is_missing():
     router = PrfaasRouter(threshold_tokens=1000)
     no_remote = ClusterView(False, True, 0.0, 0.0, float("inf"), 0.0)
     no_local_prefill = ClusterView(True, False, 0.0, 100.0, 0.0, float("inf"))
-    assert router.route(RoutedRequest(50_000, 0, 0), no_remote) == LOCAL
-    assert router.route(RoutedRequest(10, 0, 0), no_local_prefill) == PRFAAS
+    assert router.route(RoutedRequest(50_000, 0, 0), no_remote).cluster == LOCAL
+    assert router.route(RoutedRequest(10, 0, 0), no_local_prefill).cluster == PRFAAS
 
 
 def test_prfaas_router_takes_the_planned_threshold_only_when_unset():
@@ -54,5 +54,5 @@ def test_prfaas_router_rejects_a_negative_threshold():
 @pytest.mark.parametrize("tokens", [100, 19_400, 131_072])
 def test_baselines_ignore_length(tokens):
     request = RoutedRequest(tokens, 0, 0)
-    assert HomogeneousRouter().route(request, VIEW) == LOCAL
-    assert NaiveRouter().route(request, VIEW) == PRFAAS
+    assert HomogeneousRouter().route(request, VIEW).cluster == LOCAL
+    assert NaiveRouter().route(request, VIEW).cluster == PRFAAS
