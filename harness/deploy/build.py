@@ -23,7 +23,7 @@ from harness.deploy.link import Link
 from harness.deploy.rebalancer import Rebalancer
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
-from harness.workload import input_length_distribution, mean_output_tokens
+from harness.workload import build_workload, input_length_distribution, mean_output_tokens
 
 
 @dataclass
@@ -42,7 +42,14 @@ def needs_plan(dep: DictConfig) -> bool:
 
 
 def make_plan(cfg: DictConfig) -> dict[str, Any]:
-    values, weights = input_length_distribution(cfg.workload)
+    """Plan on the lengths the router routes on: incremental after prefix hits (the paper's rule),
+    or whole prompts for a cache-blind router (`router.cache_aware: false`), as its operator would."""
+    router = cfg.deployment.router
+    if router is not None and router.get("cache_aware", True) is False:
+        values = np.array([r.input_tokens for r in build_workload(cfg.workload)], dtype=float)
+        weights = np.ones_like(values)
+    else:
+        values, weights = input_length_distribution(cfg.workload)
     plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, values, weights,
                            mean_output_tokens(cfg.workload))
     return plan.to_dict()
@@ -67,6 +74,27 @@ def replanner(cfg: DictConfig):
         return result["lambda_max_rps"], result["n_prefill"], result["n_decode"], result["threshold_tokens"]
 
     return plan
+
+
+def threshold_for_capacity(cfg: DictConfig, deployment: Deployment):
+    """The planner's threshold for the deployment's current split at a given link capacity."""
+    base = OmegaConf.to_container(cfg.deployment, resolve=True)
+    link = OmegaConf.to_container(cfg.link, resolve=True)
+    values, weights = input_length_distribution(cfg.workload)
+    mean_out = mean_output_tokens(cfg.workload)
+
+    def replan(capacity_gbps: float) -> float | None:
+        dep = copy.deepcopy(base)
+        dep["local"]["n_prefill"], dep["local"]["n_decode"] = len(deployment.prefill["local"]), len(deployment.decode)
+        dep["router"]["threshold_tokens"] = None
+        try:
+            plan = plan_deployment(dep, cfg.model, link | {"capacity_gbps": capacity_gbps}, cfg.planner, values,
+                                   weights, mean_out)
+        except InputError:
+            return None
+        return plan.to_dict()["threshold_tokens"]
+
+    return replan
 
 
 def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
@@ -122,6 +150,8 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         decode_step_s=dep.decode_step_s,
         mode=mode,
     )
+    if hasattr(router, "set_replanner") and prfaas is not None:
+        router.set_replanner(threshold_for_capacity(cfg, deployment), float(cfg.link.capacity_gbps))
     reb = cfg.rebalancer
     if reb.enabled:
         rebalancer = Rebalancer(clock, deployment, replanner(cfg), period_s=reb.period_s, window_s=reb.window_s,
