@@ -15,7 +15,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from harness.deploy.schema import CacheConfig, RebalancerConfig
+from harness.deploy.schema import CacheConfig, FaultsConfig, RebalancerConfig
 
 # Parts that own config groups; each module defines register(cs: ConfigStore) -> None.
 _PARTS = (
@@ -80,6 +80,7 @@ class RootConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     rebalancer: RebalancerConfig = field(default_factory=RebalancerConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     # Group nodes: validated by their own schemas.
     workload: Any = None
     model: Any = None

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.clock import Clock
 from harness.costmodel import build_profile
 from harness.deploy.deployment import Deployment
+from harness.deploy.faults import schedule_faults
 from harness.deploy.link import Link
 from harness.deploy.rebalancer import Rebalancer
 from harness.errors import InputError, require
@@ -152,6 +153,9 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     )
     if hasattr(router, "set_replanner") and prfaas is not None:
         router.set_replanner(threshold_for_capacity(cfg, deployment), float(cfg.link.capacity_gbps))
+    # A deployment without a cross-DC path (homogeneous PD) has nothing for these faults to hit.
+    faults = OmegaConf.to_container(cfg.faults, resolve=True)
+    schedule_faults(clock, deployment, faults["link_events"], faults["prfaas_outages"])
     reb = cfg.rebalancer
     if reb.enabled:
         rebalancer = Rebalancer(clock, deployment, replanner(cfg), period_s=reb.period_s, window_s=reb.window_s,

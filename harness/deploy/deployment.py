@@ -101,6 +101,9 @@ class Deployment:
         self.on_first_token: Callable[[Job], None] | None = None
         self.observers: list[Callable[[Job], None]] = []  # see every routed request (the rebalancer)
         self.rebalancer = None
+        self.prfaas_reachable = True
+        self.held: list[Job] = []  # waiting for the PrfaaS cluster to come back (no local prefill)
+        self._saved_capacity: dict[str, float] = {}
 
     def _new_prefill(self, name: str, cluster: str) -> PrefillInstance:
         return PrefillInstance(name, self.clock, self.profiles[cluster], self._on_prefill_start,
@@ -122,7 +125,7 @@ class Deployment:
         capacity = link.capacity_gbps if link is not None else 0.0
         rate = link.rate_gbps if link is not None else 0.0
         return ClusterView(
-            has_prfaas=bool(self.prefill[PRFAAS]),
+            has_prfaas=bool(self.prefill[PRFAAS]) and self.prfaas_reachable,
             has_local_prefill=bool(self.prefill[LOCAL]),
             egress_utilisation=rate / capacity if capacity > 0 else 1.0,
             link_capacity_gbps=capacity,
@@ -135,17 +138,25 @@ class Deployment:
     def submit(self, request: Request) -> Job:
         job = Job(request)
         self.in_flight[request.request_id] = job
+        self._route(job)
+        return job
+
+    def _route(self, job: Job) -> None:
+        request = job.request
         looks = {LOCAL: self._lookup(LOCAL, request), PRFAAS: self._lookup(PRFAAS, request)}
         routed = RoutedRequest(request.input_tokens, looks[LOCAL].usable_tokens, looks[PRFAAS].usable_tokens)
         route = self.router.route(routed, self.view())
         cluster = route.cluster
+        if cluster == PRFAAS and not self.prfaas_reachable:
+            self.held.append(job)  # nowhere else to prefill it: retry when PrfaaS is back
+            return
         instances = self.prefill[cluster]
         if not instances:
             self._fail(job, f"router chose {cluster!r}, which has no prefill instances")
-            return job
+            return
         if not any(d.fits_ever(job) for d in self.decode):
             self._fail(job, "KV of input+output exceeds every decode instance's memory")
-            return job
+            return
         look = looks[cluster]
         job.route = cluster
         job.cached_tokens = look.usable_tokens
@@ -163,7 +174,6 @@ class Deployment:
             self._fetch_then_prefill(job, source, looks[source].ready_tokens, instance)
         else:
             instance.submit(job)
-        return job
 
     @staticmethod
     def _choose_instance(instances: list[PrefillInstance], look: Lookup) -> PrefillInstance:
@@ -187,10 +197,13 @@ class Deployment:
         job.fetch_bytes = nbytes
 
         def landed() -> None:
+            if job.abandoned:
+                return
+            job.flows.clear()
             job.cached_tokens = tokens
             instance.submit(job)
 
-        link.transfer(nbytes, landed)
+        job.flows.append(link.transfer(nbytes, landed))
 
     def _note_evictions(self, n: int) -> None:
         if n:
@@ -215,18 +228,24 @@ class Deployment:
         pool = self.pools.get(job.route)
         if pool is not None:
             self._note_evictions(pool.reserve_transfer(job.kv_bytes))
-        link.transfer(job.kv_bytes, lambda: self._on_transfer_done(job), produce_s=duration_s)
+        job.flows.append(link.transfer(job.kv_bytes, lambda: self._on_transfer_done(job), produce_s=duration_s))
 
     def _on_prefill_done(self, job: Job) -> None:
         job.prefill_pending = False
         pool = self.pools.get(job.route)
         if pool is not None and self.prefix_cache and job.request.hash_ids:
-            pool.mark_ready(job.request.hash_ids, job.request.input_tokens)
+            pool.mark_ready(job.request.hash_ids, job.request.input_tokens)  # computed, even if abandoned
+        if job.abandoned:
+            self._check_draining()
+            return
         if not job.transfer_pending:
             self._kv_ready(job)
         self._check_draining()
 
     def _on_transfer_done(self, job: Job) -> None:
+        if job.abandoned:
+            return
+        job.flows.clear()
         job.transfer_pending = False
         job.kv_done_s = self.clock.now()
         pool = self.pools.get(job.route)
@@ -267,6 +286,54 @@ class Deployment:
             if instance.name == job.decode_instance and isinstance(instance, DecodeInstance):
                 return instance.tokens_done(job, self.clock.now())
         return 0
+
+    # -- faults -------------------------------------------------------------------------------
+    def set_prfaas_reachable(self, reachable: bool) -> None:
+        """A PrfaaS outage: the cross-DC path goes down; work stuck behind it is re-prefilled locally.
+
+        The remote cluster keeps computing what it had (its cache fills), but nothing it makes can
+        reach the decode side, so every request routed there whose KV has not landed starts over in
+        the local PD cluster (or waits, when there is no local prefill, as in naive heterogeneous).
+        When it comes back, held requests are routed again.
+        """
+        if reachable == self.prfaas_reachable:
+            return
+        self.prfaas_reachable = reachable
+        links = {"cross": self.cross_link, "reverse": self.reverse_link}
+        for key, link in links.items():
+            if link is None:
+                continue
+            if not reachable:
+                self._saved_capacity[key] = link.capacity_gbps
+                link.set_capacity(0.0)
+            else:
+                link.set_capacity(self._saved_capacity.pop(key, link.capacity_gbps))
+        if not reachable:
+            for job in list(self.in_flight.values()):
+                stuck = job.route == PRFAAS and job.kv_ready_s != job.kv_ready_s  # KV not landed (NaN)
+                fetching = bool(job.flows) and job.prefill_pending and job.prefill_start_s != job.prefill_start_s
+                if stuck or fetching:
+                    self._restart(job)
+        else:
+            held, self.held = self.held, []
+            for job in held:
+                self._route(job)
+
+    def _restart(self, job: Job) -> None:
+        """Abandon a request's current attempt and route it again (the router now sees no PrfaaS)."""
+        job.abandoned = True
+        for link in (self.cross_link, self.reverse_link, self.rdma_link):
+            if link is not None:
+                for flow in job.flows:
+                    link.cancel(flow)
+        for instance in self.prefill[PRFAAS] + self.prefill[LOCAL]:
+            instance.withdraw(job)
+        pool = self.pools.get(job.route)
+        if pool is not None and job.transfer_pending:
+            pool.release_transfer(job.kv_bytes)
+        retry = Job(job.request, attempt=job.attempt + 1)
+        self.in_flight[job.request.request_id] = retry
+        self._route(retry)
 
     # -- role changes (the long-term rebalancer) ----------------------------------------------
     def convert(self, n_prefill: int, n_decode: int, switch_delay_s: float) -> None:

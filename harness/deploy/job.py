@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.workload.request import Request
 
@@ -35,6 +35,9 @@ class Job:
     transfer_pending: bool = False
     prefill_pending: bool = True
     join_step: int | None = None  # decode step at which the request joined its batch
+    attempt: int = 0  # re-prefills after a PrfaaS outage
+    abandoned: bool = False  # superseded by a retry: its callbacks are ignored
+    flows: list = field(default_factory=list)  # link flows in progress (cancelled if abandoned)
 
     @property
     def new_tokens(self) -> int:
@@ -57,6 +60,7 @@ class Job:
             "cached_tokens": self.cached_tokens,
             "cache_hit_tokens": self.cache_hit_tokens,
             "fetched_tokens": self.fetched_tokens,
+            "retries": self.attempt,
             "output_tokens": n_out if self.error is None else 0,
             "route": self.route,
             "prefill_instance": self.prefill_instance,

@@ -131,14 +131,10 @@ class Link:
         if self.loss_rate >= 1.0:
             raise InputError(f"link.loss_rate must be in [0, 1), got {loss_rate!r}")
         self.mss_bytes = _number("mss_bytes", mss_bytes, strict=True)
-        per_conn_bps = math.inf
+        self._per_conn_cap_bps = math.inf
         if per_connection_gbps is not None:
-            per_conn_bps = _number("per_connection_gbps", per_connection_gbps, strict=True) * 1e9
-        if self.loss_rate > 0 and self.rtt_s > 0:
-            mathis_bps = self.mss_bytes * 8 / (self.rtt_s * math.sqrt(2 * self.loss_rate / 3))
-            per_conn_bps = min(per_conn_bps, mathis_bps)
-        self.flow_cap_gbps = self.connections * per_conn_bps / 1e9  # inf: no per-flow cap
-        self._flow_cap = self.connections * per_conn_bps / 8  # bytes/s
+            self._per_conn_cap_bps = _number("per_connection_gbps", per_connection_gbps, strict=True) * 1e9
+        self._set_flow_cap()
         self._schedule = self._check_schedule(capacity_schedule)
         self._sched_i = 0
 
@@ -152,6 +148,36 @@ class Link:
         self._pts_t: list[float] = []
         self._pts_rate_gbps: list[float] = []
         self._pts_cap_gbps: list[float] = []
+        self._update()
+
+    def _set_flow_cap(self) -> None:
+        per_conn_bps = self._per_conn_cap_bps
+        if self.loss_rate > 0 and self.rtt_s > 0:
+            mathis_bps = self.mss_bytes * 8 / (self.rtt_s * math.sqrt(2 * self.loss_rate / 3))
+            per_conn_bps = min(per_conn_bps, mathis_bps)
+        self.flow_cap_gbps = self.connections * per_conn_bps / 1e9  # inf: no per-flow cap
+        self._flow_cap = self.connections * per_conn_bps / 8  # bytes/s
+
+    def set_conditions(self, *, rtt_s: float | None = None, loss_rate: float | None = None) -> None:
+        """Change RTT and/or loss from now on (an RTT spike, a lossy path): per-flow caps follow."""
+        if rtt_s is not None:
+            self.rtt_s = _number("rtt_s", rtt_s)
+        if loss_rate is not None:
+            loss = _number("loss_rate", loss_rate)
+            if loss >= 1.0:
+                raise InputError(f"link.loss_rate must be in [0, 1), got {loss_rate!r}")
+            self.loss_rate = loss
+        self._set_flow_cap()
+        self._update()
+
+    def cancel(self, flow: Flow) -> None:
+        """Abandon a transfer (its destination is gone): its bytes stop, its on_done never runs."""
+        if flow.finish_s is not None or flow not in self._flows:
+            return
+        self._advance(self._clock.now())
+        self._flows.remove(flow)
+        flow.finish_s = self._clock.now()
+        flow._rate = 0.0
         self._update()
 
     @classmethod

@@ -38,7 +38,6 @@ class PrefillInstance:
         self._busy_until = 0.0
         self.busy_s = 0.0  # accumulated service time, for utilisation
         self._base_s = profile.prefill_s(0, 0)
-        self.down = False
 
     def service_s(self, job: Job) -> float:
         return self.profile.prefill_s(job.new_tokens, job.cached_tokens)
@@ -56,6 +55,15 @@ class PrefillInstance:
         if not self.running:
             self._start_next()
 
+    def withdraw(self, job: Job) -> bool:
+        """Take a queued (not yet running) request back; False if it is not in the queue."""
+        try:
+            self.queue.remove(job)
+        except ValueError:
+            return False
+        self._queued_work_s = max(0.0, self._queued_work_s - job.prefill_s)
+        return True
+
     def _take_batch(self) -> list[Job]:
         batch = [self.queue.popleft()]
         if self.max_batch_tokens is not None:
@@ -66,7 +74,7 @@ class PrefillInstance:
         return batch
 
     def _start_next(self) -> None:
-        if not self.queue or self.down:
+        if not self.queue:
             return
         batch = self._take_batch()
         now = self.clock.now()

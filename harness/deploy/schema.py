@@ -39,6 +39,14 @@ class CacheConfig:
 
 
 @dataclass
+class FaultsConfig:
+    """Trouble on a schedule (run-clock seconds)."""
+
+    link_events: list[Any] = field(default_factory=list)  # [{t_s, capacity_gbps?, rtt_ms?, loss_rate?}]
+    prfaas_outages: list[Any] = field(default_factory=list)  # [[start_s, end_s], ...]
+
+
+@dataclass
 class RebalancerConfig:
     """Long-term re-optimisation of the PD split and threshold from observed traffic."""
 

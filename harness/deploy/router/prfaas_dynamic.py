@@ -12,12 +12,15 @@ the current capacity — the early sign of congestion before loss shows) and its
 - Link capacity changes (a drop, a restored link): the threshold is re-solved through the planner
   for the capacity now seen (`adapt_threshold`), with the current split. A thinner link pushes t
   up, so PrfaaS takes only the longest prefills, whose KV per second of compute is lowest.
+`cache_aware=false` is the cache-blind baseline: it routes on the whole prompt length.
 
-Implementation note: forcing long prefills local whenever the link congests was tried and made
+Implementation notes: per-connection TCP ceilings (loss, RTT) are deliberately not treated as
+lost capacity: they stretch each transfer, but with layer-wise pipelining more transfers overlap
+and the aggregate still fills the link; re-planning on them pushed long prefills onto the local
+cluster and was far worse. Forcing long prefills local whenever the link congests was tried and made
 things worse: one 100K-token prefill holds an H20 prefill instance for ~20 s, so the local queue
 blows up before the link recovers. Moving t with the capacity keeps both sides inside their
 bounds.
-`cache_aware=false` is the cache-blind baseline: it routes on the whole prompt length.
 """
 
 from __future__ import annotations

@@ -370,3 +370,29 @@ def test_backlog_counts_produced_but_unsent_bytes():
     assert seen[1.0][0] == pytest.approx(6e6)
     assert seen[1.0][1] == pytest.approx(3.0)
     assert link.backlog_bytes == 0.0
+
+
+def test_loss_spike_lowers_the_flow_cap_mid_transfer():
+    """8 MB on a fast link with 1 connection; at 0.1 s loss 1% at 10 ms RTT caps it at the Mathis rate."""
+    clock = VirtualClock()
+    link = Link(clock, 100.0, rtt_s=0.010, mss_bytes=1460)
+    done = []
+    link.transfer(8e6 * 100, lambda: done.append(clock.now()))  # 800 MB: 64 ms at 100 Gbps
+    clock.call_at(0.032, lambda: link.set_conditions(loss_rate=0.01))
+    clock.run()
+    mathis_bps = 1460 * 8 / (0.010 * math.sqrt(2 * 0.01 / 3))
+    sent_before = 100e9 / 8 * 0.032
+    expected = 0.032 + (8e8 - sent_before) * 8 / mathis_bps + 0.005
+    assert done[0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_cancelled_flows_free_the_link_and_never_complete():
+    clock = VirtualClock()
+    link = Link(clock, 0.008)  # 1 MB/s
+    done = []
+    a = link.transfer(1e6, lambda: done.append("a"))
+    link.transfer(1e6, lambda: done.append(("b", clock.now())))
+    clock.call_at(0.5, lambda: link.cancel(a))
+    clock.run()
+    # b had 0.25 MB by 0.5 s, then the whole link: 0.75 MB more at 1 MB/s
+    assert done == [("b", pytest.approx(1.25))]
