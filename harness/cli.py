@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from harness.errors import InputError, choices
 from harness.hydra_entry import hydra_entry
@@ -31,17 +31,22 @@ def run(cfg: DictConfig) -> dict:
 
     if cfg.mode not in MODES:
         raise InputError(f"mode={cfg.mode!r} is not available in this build; valid: {choices(MODES)}")
+    out = _run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
     if cfg.mode == "sim":
         from harness.sim import run_sim
 
-        result = run_sim(cfg)
+        result = run_sim(cfg, records_path=out / "requests.parquet")
     else:  # live: the emulator behind HTTP in this process; url: an external endpoint
         from harness.loadgen.run import run_live, run_url, write_extras
 
         result = run_live(cfg) if cfg.mode == "live" else run_url(cfg)
-    out = _run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
     summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
+    if getattr(result, "stream", None) is not None:
+        result.stream.discard_parts()
+    if result.meta.get("interrupted"):
+        print(f"interrupted at t={result.meta.get('stopped_at_s', float('nan')):.1f} s (run clock): "
+              f"{result.meta.get('offered')} requests sent, each recorded in {out / 'requests.parquet'}")
     if cfg.mode != "sim":
         write_extras(out, result)
     return summary
@@ -56,6 +61,8 @@ def main(cfg: DictConfig) -> None:
                      for k in keys)
     print(line)
     print(f"results: {_run_dir(cfg)}")
+    if summary.get("interrupted"):
+        raise SystemExit(130)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -22,6 +23,7 @@ from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.deploy.timeseries import build_timeseries
 from harness.errors import require
+from harness.recording import RecordStream, stop_on_signals
 from harness.workload import build_workload
 from harness.workload.request import Request
 
@@ -31,6 +33,7 @@ class RunResult:
     requests: pd.DataFrame
     timeseries: pd.DataFrame
     meta: dict[str, Any]
+    stream: RecordStream | None = field(default=None, repr=False)
 
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], stop_s: float | None) -> None:
@@ -71,7 +74,12 @@ def _offer_closed_loop(clock: VirtualClock, deployment, requests: list[Request],
         clock.call_at(0.0, send)
 
 
-def run_sim(cfg: DictConfig) -> RunResult:
+def run_sim(cfg: DictConfig, records_path: Path | None = None) -> RunResult:
+    """Run one configuration in virtual time; with `records_path`, stream records there as Parquet parts.
+
+    SIGINT/SIGTERM stop the run: every request already sent is recorded (the unfinished ones as
+    interrupted) and the result says how far it got (`meta["interrupted"]`, `meta["offered"]`).
+    """
     loadgen = cfg.loadgen
     require(loadgen.rate_rps is None or loadgen.rate_rps > 0,
             f"loadgen.rate_rps must be > 0 (or null for the workload's own rate), got {loadgen.rate_rps}")
@@ -87,14 +95,27 @@ def run_sim(cfg: DictConfig) -> RunResult:
 
     bar = tqdm(total=len(requests), desc=f"sim {deployment.name}", unit="req", leave=False,
                disable=None if loadgen.progress else True, mininterval=0.5)
-    deployment.on_record = lambda record: bar.update(1)
+    stream = RecordStream(records_path)
+
+    def on_record(record: dict) -> None:
+        bar.update(1)
+        stream.add(record)
+
+    deployment.on_record = on_record
     stop_s = loadgen.max_duration_s
     if concurrency is not None:
         _offer_closed_loop(clock, deployment, requests, int(concurrency), stop_s)
     else:
         _offer_open_loop(clock, deployment, requests, stop_s)
-    clock.run()
-    deployment.close()
+    interrupted = False
+    try:
+        with stop_on_signals():
+            clock.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    deployment.close("interrupted: the run was stopped" if interrupted else
+                     "run ended before the request completed")
+    stream.flush()
     bar.close()
 
     frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
@@ -124,7 +145,10 @@ def run_sim(cfg: DictConfig) -> RunResult:
         "link_capacity_gbps": float(cfg.link.capacity_gbps) if built.n_prfaas else math.nan,
         "seed": cfg.workload.get("seed"),
         "sim_events": clock.events_run,
+        "interrupted": interrupted,
+        "offered": len(deployment.records),
+        "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
-    return RunResult(frame, timeseries, meta)
+    return RunResult(frame, timeseries, meta, stream)
