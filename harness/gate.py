@@ -33,8 +33,21 @@ def run(argv: list[str] | None = None) -> int:
     return 0 if all(res.passed for res in results) else 1
 
 
+EXIT_INTERNAL = 3  # a crash must not read as "the gate failed" (1) to CI
+
+
 def main(argv: list[str] | None = None) -> None:
-    sys.exit(run(argv))
+    try:
+        code = run(argv)
+    except SystemExit:
+        raise
+    except Exception:  # noqa: BLE001 - anything else is a harness bug, not a verdict
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.write("error: harness-gate crashed (exit 3); this is a bug, not a gate failure\n")
+        code = EXIT_INTERNAL
+    sys.exit(code)
 
 
 if __name__ == "__main__":

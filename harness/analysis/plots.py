@@ -7,7 +7,7 @@ be drawn from any thread or Hydra callback without a display. Every axis label c
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -219,6 +219,8 @@ def kv_throughput(df: pd.DataFrame, ax: Axes) -> None:
             ax.plot(_col(measured, "input_tokens"), _col(measured, "phi_kv_gbps"), color=colors[name], marker="o",
                     linestyle="none", label=f"{name} measured")
     ax.set_xscale("log", base=2)
+    ticks = [2.0**e for e in range(10, 18)]
+    ax.set_xticks(ticks, [f"{t / 1024:g}K" for t in ticks])
     ax.set_yscale("log")
     ax.set_xlabel("input length (tokens)")
     ax.set_ylabel("KV throughput Φ_kv (Gbps)")
@@ -244,17 +246,18 @@ def param_label(param: str) -> str:
     return PARAM_LABELS.get(param, param)
 
 
-def _series(table: pd.DataFrame, param: str) -> list[tuple[str, pd.DataFrame]]:
-    """One line per deployment and combination of the other swept parameters (the other dotted
-    override columns that vary)."""
-    others = [c for c in table.columns if "." in c and c not in (param, "loadgen.rate_rps")
-              and table[c].nunique(dropna=True) > 1]
+def _series(table: pd.DataFrame, param: str, keys: Sequence[str] | None) -> list[tuple[str, pd.DataFrame]]:
+    """One line per deployment and combination of the other swept parameters (`keys`; default: the
+    other dotted columns that vary)."""
+    if keys is None:
+        keys = [c for c in table.columns if "." in c and c != "loadgen.rate_rps" and table[c].nunique(dropna=True) > 1]
+    others = [c for c in keys if c != param]
     keys = ["deployment", *others]
     out = []
     for key, rows in table.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        label = str(key[0]) + "".join(f", {c.split('.')[-1]}={v:g}" if isinstance(v, float) else f", {c}={v}"
-                                      for c, v in zip(others, key[1:], strict=True))
+        label = str(key[0]) + "".join(f", {c.split('.')[-1]}={v:g}" if isinstance(v, float)
+                                      else f", {c.split('.')[-1]}={v}" for c, v in zip(others, key[1:], strict=True))
         out.append((label, rows.sort_values(param)))
     return out
 
@@ -267,34 +270,44 @@ def _param_axis(ax: Axes, table: pd.DataFrame, param: str) -> None:
     ax.set_xlabel(param_label(param))
 
 
-def sweep_lines(table: pd.DataFrame, param: str, ax: Axes) -> None:
+def _value_label(table: pd.DataFrame, value: str) -> str:
+    if value != "steady_rps":
+        return value
+    capacity = "saturated" in table.columns and bool(table["saturated"].all())
+    return "capacity (req/s)" if capacity else "steady throughput (req/s)"
+
+
+def sweep_lines(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] | None = None) -> None:
     """(h) A parameter sweep: emulated steady throughput (the capacity where saturated) vs the swept
-    parameter, the planner's Lambda_max at each point (dashed), and goodput where the point was
-    below capacity (dotted)."""
-    series = _series(table, param)
+    parameter, the planner's Lambda_max at each point (dashed), and goodput at the open-loop points
+    (dotted; a closed-loop point queues by construction, so its goodput says nothing)."""
+    series = _series(table, param, keys)
     colors = palette([label for label, _ in series])
+    goodput = False
     for label, rows in series:
         x = _col(rows, param)
         ax.plot(x, _col(rows, "steady_rps"), marker="o", color=colors[label], label=f"{label} emulated")
         lam = _col(rows, "plan_lambda_max_rps")
         if np.isfinite(lam).any():
             ax.plot(x, lam, marker="x", linestyle="--", color=colors[label], label=f"{label} planner Λ_max")
-        open_loop = ~rows["saturated"].to_numpy(dtype=bool) if "saturated" in rows.columns else np.zeros(len(rows), bool)
-        if open_loop.any():
+        open_loop = (~rows["closed_loop"].to_numpy(dtype=bool) if "closed_loop" in rows.columns
+                     else np.ones(len(rows), dtype=bool))
+        if open_loop.any() and "goodput_rps" in rows.columns:
+            goodput = True
             ax.plot(x[open_loop], _col(rows, "goodput_rps")[open_loop], marker="^", linestyle=":", color=colors[label],
                     label=f"{label} goodput")
     _param_axis(ax, table, param)
-    saturated = "saturated" in table.columns and bool(table["saturated"].all())
-    ax.set_ylabel("capacity (req/s)" if saturated else "throughput (req/s)")
+    label = _value_label(table, "steady_rps")
+    ax.set_ylabel(f"{label.removesuffix(' (req/s)')}, goodput (req/s)" if goodput else label)
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{'Capacity' if saturated else 'Throughput'} vs {param_label(param)}")
-    ax.legend(fontsize="small")
+    ax.set_title(f"{label.split(' (')[0].capitalize()} vs {param_label(param)}")
+    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3)
 
 
-def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes) -> None:
+def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] | None = None) -> None:
     """(h) A parameter sweep: TTFT mean (solid) and P90 (dashed) vs the swept parameter."""
-    series = _series(table, param)
+    series = _series(table, param, keys)
     colors = palette([label for label, _ in series])
     for label, rows in series:
         x = _col(rows, param)
@@ -304,7 +317,7 @@ def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes) -> None:
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
     ax.set_title(f"TTFT vs {param_label(param)}")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3, which="both")
 
 
@@ -312,11 +325,12 @@ def sweep_heatmap(table: pd.DataFrame, x_param: str, y_param: str, value: str = 
     """(i) A two-parameter sweep: `value` on the (x, y) grid, one panel per deployment; missing
     points are blank. The image arrays hold the values (rows: y ascending, columns: x ascending)."""
     names = _names(table)
-    fig = Figure(figsize=(5.5 * max(len(names), 1), 4.5), dpi=_DPI, layout="constrained")
+    fig = Figure(figsize=(6.5 * max(len(names), 1), 5), dpi=_DPI, layout="constrained")
     for i, name in enumerate(names):
         ax = fig.add_subplot(1, len(names), i + 1)
         rows = table[table["deployment"] == name]
-        grid = rows.pivot_table(index=y_param, columns=x_param, values=value, aggfunc="max").sort_index().sort_index(axis=1)
+        grid = rows.pivot_table(index=y_param, columns=x_param, values=value, aggfunc="max")
+        grid = grid.sort_index().sort_index(axis=1)
         data = grid.to_numpy(dtype=float)
         image = ax.imshow(data, origin="lower", aspect="auto", cmap="viridis")
         for (r, c), v in np.ndenumerate(data):
@@ -328,8 +342,8 @@ def sweep_heatmap(table: pd.DataFrame, x_param: str, y_param: str, value: str = 
         ax.set_xlabel(param_label(x_param))
         ax.set_ylabel(param_label(y_param))
         ax.set_title(name)
-        fig.colorbar(image, ax=ax, label="capacity (req/s)" if value == "steady_rps" else value)
-    fig.suptitle(f"{value} over {param_label(x_param)} x {param_label(y_param)}")
+        fig.colorbar(image, ax=ax, label=_value_label(table, value))
+    fig.suptitle(f"{_value_label(table, value)} by {x_param.split('.')[-1]} and {y_param.split('.')[-1]}")
     return fig
 
 

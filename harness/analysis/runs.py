@@ -138,7 +138,7 @@ def collect_plans(roots: Iterable[str | os.PathLike[str]], report: pd.DataFrame 
                 raise InputError(f"{path}: not JSON: {err}") from err
     plans = pd.DataFrame(rows)
     if report is not None and "deployment" in report.columns:
-        cols = [c for c in report.columns if c.startswith("plan_") and c != "plan_file"]
+        cols = [c for c in report.columns if c.startswith("plan_") and c not in ("plan_file", "plan_deployment")]
         if cols:
             from_report = report[["deployment", *cols]].rename(columns=lambda c: c.removeprefix("plan_"))
             from_report = from_report.groupby("deployment", sort=False).first().reset_index()

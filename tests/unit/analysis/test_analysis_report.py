@@ -115,3 +115,15 @@ def test_callback_reports_the_sweep_dir_at_multirun_end(sweep, capsys):
 def test_callback_prints_an_error_instead_of_crashing_an_empty_sweep(tmp_path, capsys):
     ReportCallback(figures=False).on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
     assert "error: report of" in capsys.readouterr().err
+
+
+def test_plans_from_real_summaries_keep_one_deployment_column():
+    """Emulator summaries carry the plan's own name as plan_deployment; it must not become a second key."""
+    import pandas as pd
+
+    from harness.analysis import runs
+
+    report = pd.DataFrame({"deployment": ["a"], "plan_deployment": ["a"], "plan_lambda_max_rps": [1.0]})
+    plans = runs.collect_plans([], report)
+    assert list(plans.columns).count("deployment") == 1
+    assert plans.loc[plans["deployment"] == "a", "lambda_max_rps"].iloc[0] == 1.0
