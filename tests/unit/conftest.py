@@ -1,4 +1,4 @@
-"""Compose configs from the repository's conf/ for cost-model tests."""
+"""Fixtures shared by the unit tests: configs composed from the repository's conf/."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from harness.schema import register_configs
 
-CONF_DIR = str(Path(__file__).resolve().parents[3] / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
 @pytest.fixture(scope="session")
