@@ -342,6 +342,11 @@ def write_figures(report: pd.DataFrame, out_dir: str | os.PathLike[str], roots: 
                          f"sweep varies {', '.join(params)}")
         if not numeric:
             notes.append(f"skipped fig_sweep_*.png: no swept parameter is numeric ({', '.join(params)}); see the table")
+        categories = [p for p in params if p not in numeric and p != "deployment"]
+        if len(categories) == 1 and "run_dir" in report:
+            from harness.analysis.timeline import timeline
+
+            emit("fig_timeline.png", timeline(report, categories[0]))
     return notes
 
 
