@@ -32,6 +32,8 @@ def main(cfg: DictConfig) -> None:
     if not summary.get("loadgen_valid", True):
         print(f"INVALID: {summary.get('loadgen_invalid_reason')}")
     print(f"results: {_run_dir(cfg)}")
+    if summary.get("interrupted"):
+        raise SystemExit(130)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ class ServerConfig:
     model_name: str | None = None  # served model id; null: model.name
     max_model_len: int = 262144  # [assumed] context limit: prompt + max_tokens beyond it is a 400
     default_max_tokens: int = 16  # max_tokens when a request gives none (the OpenAI completions default)
-    stream_interval_tokens: int = 1  # tokens per SSE chunk after the first (vLLM's --stream-interval)
+    # Tokens per SSE chunk after the first (vLLM's --stream-interval); null: round(time_scale), at
+    # least 1, so the chunk rate per wall second is what real time would produce.
+    stream_interval_tokens: int | None = None
     max_body_bytes: int = 33554432  # request bodies beyond this get a 413
     max_lag_ms: float = 50.0  # live runs: P99 emulator timer lag (wall ms) above this marks the run invalid
 

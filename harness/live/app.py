@@ -7,7 +7,6 @@ own HTTP errors (unknown route, wrong method, oversized body) into OpenAI error 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -125,14 +124,14 @@ async def _stream(request: web.Request, engine: LiveEngine, options: ServeOption
     try:
         await live.first_token
         while live.record is None:
-            done = min(engine.tokens_done(live), n)
+            done = min(await engine.wait_for_tokens(live, min(n, sent + (interval if sent else 1))), n)
+            if live.record is not None:
+                break
             if done >= n:
                 await live.done  # every token exists: the last ones go out with the finish reason
                 break
-            if done > sent and (sent == 0 or done - sent >= interval):
-                await response.write(writer.tokens(done - sent))
-                sent = done
-            await engine.sleep_until(live, engine.token_time_s(live, min(n, sent + interval)))
+            await response.write(writer.tokens(done - sent))
+            sent = done
         record = live.record
         if record["error"] is not None:
             await response.write(writer.error(503, f"request failed: {record['error']}"))

@@ -21,9 +21,8 @@ from harness.live.metrics import ServerMetrics
 from harness.live.tokens import block_hash_ids
 from harness.workload.request import Request
 
-# When a token's time cannot be predicted (not decoding yet, or a deployment whose decode
-# instances do not expose their step timeline), look again after this many wall seconds.
-_POLL_WALL_S = 0.005
+# How often a stream looks again when its next token's time cannot be predicted (wall seconds).
+_POLL_WALL_S = 0.001
 
 
 class LiveJob:
@@ -61,7 +60,6 @@ class LiveEngine:
         self.client_ids: dict[int, str] = {}  # deployment request id -> the client's X-Request-Id
         self._ids = itertools.count()
         self._live: dict[int, LiveJob] = {}
-        self._decode = {d.name: d for d in deployment.decode}
         deployment.on_first_token = self._on_first_token
         deployment.on_record = self._on_record
 
@@ -101,30 +99,61 @@ class LiveEngine:
             return live.request.output_tokens if live.error is None else 0
         return self.deployment.tokens_done(live.job) if live.job is not None else 0
 
-    def token_time_s(self, live: LiveJob, k: int) -> float:
-        """Emulated time at which the k-th output token (1-based) exists, if the decode batch keeps
-        its current membership; NaN when it cannot be predicted.
+    def _decode_instance(self, job):
+        dep = self.deployment
+        instances = [*dep.decode, *(getattr(d, "instance", None) for d in getattr(dep, "draining", ()))]
+        return next((i for i in instances if getattr(i, "name", None) == job.decode_instance), None)
 
-        Implementation note: reads the decode instance's step timeline (`_step`, `_step_t`, `_dt`),
-        the same quantities its own `tokens_done` uses; a membership change can move the answer,
-        so callers re-check `tokens_done` after waking.
+    def token_time_s(self, live: LiveJob, k: int) -> float:
+        """Emulated time at which the k-th output token exists if the decode batch keeps its members;
+        NaN when unknown (not decoding yet, or an instance without `tokens_done(job, now)`).
+
+        The decode instance's `tokens_done(job, now)` extrapolates to any future `now`, so the time is
+        found by doubling then bisecting on it: exact to a nanosecond, no knowledge of its internals.
         """
         job = live.job
-        instance = self._decode.get(job.decode_instance) if job is not None else None
-        join = job.extra.get("join_step") if job is not None else None
-        dt = getattr(instance, "_dt", 0.0)
-        if instance is None or join is None or not dt > 0:
+        instance = self._decode_instance(job) if job is not None else None
+        if instance is None or not hasattr(instance, "tokens_done"):
             return math.nan
-        return instance._step_t + (join + k - 1 - instance._step) * dt
+        now = self.clock.now()
+        if instance.tokens_done(job, now) >= k:
+            return now
+        step = 1e-4
+        while instance.tokens_done(job, now + step) < k:
+            step *= 2
+            if step > 1e7:
+                return math.nan
+        lo, hi = now + step / 2 if step > 1e-4 else now, now + step
+        while hi - lo > 1e-9 * max(1.0, hi):
+            mid = (lo + hi) / 2
+            if instance.tokens_done(job, mid) >= k:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    async def wait_for_tokens(self, live: LiveJob, target: int) -> int:
+        """Sleep until `target` output tokens exist (or the request ended); return how many exist.
+
+        A membership change of the decode batch can move the predicted time either way, so the
+        count is checked again after each wake; unpredictable cases poll every millisecond (wall).
+        """
+        while True:
+            done = self.tokens_done(live)
+            if done >= target or live.record is not None:
+                return done
+            when = self.token_time_s(live, target)
+            if math.isnan(when):
+                when = self.clock.now() + _POLL_WALL_S * self.clock.time_scale
+            await self.sleep_until(live, when)
 
     async def sleep_until(self, live: LiveJob, t_s: float) -> None:
-        """Sleep until emulated time t_s (NaN: a short poll), or until the request ends."""
+        """Sleep until emulated time t_s, or until the request ends."""
         if live.record is not None:
             return
         loop = self.loop
-        when = loop.time() + _POLL_WALL_S if math.isnan(t_s) else self.clock.to_loop_time(t_s)
         fut = live.wake = loop.create_future()
-        handle = loop.call_at(when, _resolve, fut)
+        handle = loop.call_at(self.clock.to_loop_time(t_s), _resolve, fut)
         try:
             await fut
         finally:

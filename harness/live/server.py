@@ -25,6 +25,7 @@ class LiveServer:
     built: Built
     engine: LiveEngine
     runner: web.AppRunner
+    options: ServeOptions
     host: str
     port: int
 
@@ -47,8 +48,10 @@ def serve_options(cfg: DictConfig) -> ServeOptions:
     server = cfg.server
     require(server.time_scale is not None and math.isfinite(server.time_scale) and server.time_scale > 0,
             f"server.time_scale must be a finite number > 0, got {server.time_scale}")
-    require(server.stream_interval_tokens >= 1,
-            f"server.stream_interval_tokens must be >= 1, got {server.stream_interval_tokens}")
+    interval = server.stream_interval_tokens
+    if interval is None:
+        interval = max(1, round(float(server.time_scale)))
+    require(interval >= 1, f"server.stream_interval_tokens must be >= 1 (or null), got {interval}")
     require(server.max_model_len >= 2, f"server.max_model_len must be >= 2, got {server.max_model_len}")
     require(server.default_max_tokens >= 1,
             f"server.default_max_tokens must be >= 1, got {server.default_max_tokens}")
@@ -58,7 +61,7 @@ def serve_options(cfg: DictConfig) -> ServeOptions:
         served_model=str(server.model_name or cfg.model.name),
         max_model_len=int(server.max_model_len),
         default_max_tokens=int(server.default_max_tokens),
-        stream_interval_tokens=int(server.stream_interval_tokens),
+        stream_interval_tokens=int(interval),
         max_body_bytes=int(server.max_body_bytes),
     )
 
@@ -81,4 +84,4 @@ async def start_server(cfg: DictConfig, *, host: str | None = None, port: int | 
         await runner.cleanup()
         raise InputError(f"server.host/server.port: cannot listen on {host}:{port}: {err}") from err
     bound = runner.addresses[0]
-    return LiveServer(built, engine, runner, str(bound[0]), int(bound[1]))
+    return LiveServer(built, engine, runner, options, str(bound[0]), int(bound[1]))

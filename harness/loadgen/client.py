@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import json.scanner
 from typing import Any
 
 import aiohttp
@@ -19,6 +20,18 @@ from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
 
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: ~30% cheaper than json.loads
+
+
+def _loads(text: str) -> Any:
+    """json.loads for one SSE payload, minus the per-call overhead (chunks come by the thousand)."""
+    try:
+        obj, end = _SCAN(text, 0)
+    except StopIteration as err:
+        raise ValueError(f"not JSON at char {err.value}: {text[:60]!r}") from None
+    if end != len(text):
+        raise ValueError(f"extra data after the JSON object: {text[end:end + 40]!r}")
+    return obj
 
 
 def v1_base(url: str) -> str:
@@ -117,28 +130,30 @@ class OpenAIHttpTarget:
             buffer += piece
             if b"\r" in buffer:
                 buffer = buffer.replace(b"\r\n", b"\n")
-            *events, buffer = buffer.split(b"\n\n")
-            for event in events:
-                for line in event.split(b"\n"):
-                    if not line.startswith(b"data:"):
-                        continue  # comments, event names, keep-alives
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        saw_done = True
-                        continue
-                    obj = json.loads(payload)
-                    if obj.get("error"):
-                        err = obj["error"]
-                        record.error = f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
-                        return
-                    choices = obj.get("choices")
-                    if choices and _choice_text(choices[0]):
-                        if record.first_token_ns is None:
-                            record.first_token_ns = now
-                        record.last_token_ns = now
-                        chunks.append(now)
-                    if obj.get("usage"):
-                        self._usage(obj["usage"], record)
+            end = buffer.rfind(b"\n\n")
+            if end < 0:
+                continue
+            complete, buffer = buffer[:end], buffer[end + 2:]
+            for line in complete.split(b"\n"):
+                if line[:5] != b"data:":
+                    continue  # blank separators, comments, event names, keep-alives
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    saw_done = True
+                    continue
+                obj = _loads(payload.decode())
+                if "error" in obj and obj["error"]:
+                    err = obj["error"]
+                    record.error = f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
+                    return
+                choices = obj.get("choices")
+                if choices and _choice_text(choices[0]):
+                    if record.first_token_ns is None:
+                        record.first_token_ns = now
+                    record.last_token_ns = now
+                    chunks.append(now)
+                if obj.get("usage"):
+                    self._usage(obj["usage"], record)
         if not saw_done:
             record.error = "stream ended before `data: [DONE]`"
         elif record.first_token_ns is None:

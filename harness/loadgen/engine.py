@@ -6,7 +6,8 @@ Read top-down:
   3. offer the requests: open loop (each at its target, however many are in flight) or closed loop
      (`concurrency` workers, each sending its next request when the previous one ends);
   4. one TaskGroup holds every request in flight and waits for them all; each ends in exactly one
-     `RequestRecord`, its failure (if any) recorded as data;
+     `RequestRecord`, its failure (if any) recorded as data; a `stop` event cancels the offering
+     and what is in flight (each cancelled request recorded as interrupted);
   5. stop the watcher and hand back the records.
 A target is anything with `prepare(request) -> body` (CPU work, done before the send time) and
 `async send(body, record)` (fills the record; raises only on cancellation).
@@ -15,6 +16,7 @@ A target is anything with `prepare(request) -> body` (CPU work, done before the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -44,14 +46,17 @@ class LoadResult:
     loop_lag_ns: list[int] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_s: float = 0.0  # this process's CPU time during the run (all threads)
+    interrupted: bool = False  # stopped early (SIGINT/SIGTERM): not every request was offered
+    end_ns: int = 0
 
 
 async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock | None = None,
                    time_scale: float = 1.0, concurrency: int | None = None, max_duration_s: float | None = None,
                    warmup_s: float = 0.0, progress: bool = False, start_ns: int | None = None,
-                   lag_period_s: float | None = 0.01) -> LoadResult:
+                   lag_period_s: float | None = 0.01, stop: asyncio.Event | None = None) -> LoadResult:
     """Offer `requests` to `target`; times in the requests (arrival_s, max_duration_s, warmup_s) are
-    run-clock seconds, run `time_scale` times faster than the wall clock."""
+    run-clock seconds, run `time_scale` times faster than the wall clock. Setting `stop` ends the
+    run early: nothing more is sent, requests in flight are cancelled (and recorded as such)."""
     require(time_scale > 0 and math.isfinite(time_scale), f"time_scale must be finite and > 0, got {time_scale}")
     require(concurrency is None or concurrency >= 1, f"loadgen.concurrency must be >= 1, got {concurrency}")
     clock = clock or MonotonicClock()
@@ -77,7 +82,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
         try:
             await target.send(body, record)
         except asyncio.CancelledError:
-            record.error = record.error or "cancelled: the run was interrupted"
+            record.error = record.error or "interrupted: the run was stopped"
             raise
         except Exception as exc:  # a target bug must not cost the record (or the run)
             record.error = record.error or f"{type(exc).__name__}: {exc}"
@@ -85,35 +90,56 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
             record.done_ns = clock.now_ns()
             bar.update(1)
 
-    # 2. The loop watcher.
+    # 2. Watch our own loop. Objects made before the run (configs, modules, the trace) are moved out
+    # of the garbage collector's reach, so its passes over them do not stall the sends.
     lags: list[int] = []
     watcher = asyncio.create_task(_watch_loop(clock, t0, lag_period_s, lags)) if lag_period_s else None
+    gc.freeze()
     wall0, cpu0 = time.perf_counter(), time.process_time()
+    tasks: set[asyncio.Task] = set()  # what a stop cancels: the offering and every send in flight
+
+    def spawn(tg: asyncio.TaskGroup, coro) -> None:
+        task = tg.create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def offer(tg: asyncio.TaskGroup) -> None:
+        if concurrency is None:
+            for request in ordered:
+                if max_duration_s is not None and request.arrival_s > max_duration_s:
+                    break
+                body = target.prepare(request)  # before the target time: CPU work off the send path
+                scheduled = t0 + round(request.arrival_s * ns_per_run_s)
+                await clock.sleep_until(scheduled)
+                spawn(tg, send(body, new_record(request, scheduled)))
+                await asyncio.sleep(0)  # let it go out before we build the next body
+        else:
+            feed = iter(ordered)
+            await clock.sleep_until(t0)
+            for _ in range(concurrency):
+                spawn(tg, _closed_loop_worker(feed, target, clock, stop_at, new_record, send))
+
+    async def stop_when_told() -> None:
+        await stop.wait()
+        for task in list(tasks):
+            task.cancel()
+
+    stopper = asyncio.create_task(stop_when_told()) if stop is not None else None
     try:
         # 3-4. Offer the requests; the TaskGroup waits for the last one.
         async with asyncio.TaskGroup() as tg:
-            if concurrency is None:
-                for request in ordered:
-                    if max_duration_s is not None and request.arrival_s > max_duration_s:
-                        break
-                    body = target.prepare(request)  # before the target time: CPU work off the send path
-                    scheduled = t0 + round(request.arrival_s * ns_per_run_s)
-                    await clock.sleep_until(scheduled)
-                    tg.create_task(send(body, new_record(request, scheduled)))
-                    await asyncio.sleep(0)  # let it go out before we build the next body
-            else:
-                feed = iter(ordered)
-                await clock.sleep_until(t0)
-                for _ in range(concurrency):
-                    tg.create_task(_closed_loop_worker(feed, target, clock, stop_at, new_record, send))
+            spawn(tg, offer(tg))
     finally:
         # 5. Stop watching.
-        if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+        gc.unfreeze()
+        for helper in (watcher, stopper):
+            if helper is not None:
+                helper.cancel()
+                await asyncio.gather(helper, return_exceptions=True)
         bar.close()
     return LoadResult(records, t0, time_scale, concurrency is None, lags, time.perf_counter() - wall0,
-                      time.process_time() - cpu0)
+                      time.process_time() - cpu0, interrupted=stop is not None and stop.is_set(),
+                      end_ns=clock.now_ns())
 
 
 async def _closed_loop_worker(feed: Iterator[Request], target: Target, clock: Clock, stop_at: float,

@@ -1,17 +1,20 @@
 """Prompts built from a request's `hash_ids`, so shared prefixes in a trace are shared prefixes on
 the engine, and request bodies that pin the output length.
 
-Block i of a prompt is `block_tokens` token ids drawn deterministically from its hash id alone
-(a SplitMix64 stream seeded by the id, mapped into [token_id_min, token_id_max)); the last block is
-cut to the prompt's length. Two requests whose leading hash ids agree therefore send identical
-leading tokens, and requests whose ids differ diverge in their first token (with probability
-1 - 1/span). Blocks a request has no hash id for get ids from (request_id, block index), never
-shared. Chat prompts are the same ids written as words (`w1234 w98 ...`): exact lengths on the
-emulator (one token per word), approximate on an engine with a real tokenizer.
+Block i of a prompt is `block_tokens` token ids that depend on its hash id alone: a walk with an
+odd stride through a fixed table of 65,536 pseudo-random ids in [token_id_min, token_id_max), start
+and stride drawn from the id by SplitMix64 (no RNG library, so prompts are the same on every
+machine and numpy version). The last block is cut to the prompt's length. Two requests whose
+leading hash ids agree therefore send identical leading tokens; requests whose ids differ diverge
+at once (first token equal with probability ~1/span). Blocks a request has no hash id for get ids
+from (request_id, block index), never shared. Chat prompts are the same ids written as words
+(`w1234 w98 ...`): exact lengths on the emulator (one token per word), approximate on an engine
+with a real tokenizer.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -26,6 +29,14 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _UNSHARED = 0x5A5A << 48  # salt for blocks without a hash id
 
 
+def _mix64(h: int) -> int:
+    """SplitMix64 of a block id, in Python integers (ids of any size are taken mod 2**64)."""
+    x = ((h & _MASK64) * 0x94D049BB133111EB + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
 def _splitmix(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser on an array (uint64 arithmetic wraps, as intended)."""
     x = x ^ (x >> np.uint64(30))
@@ -33,6 +44,10 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
     x = x ^ (x >> np.uint64(27))
     x = x * _M2
     return x ^ (x >> np.uint64(31))
+
+
+_TABLE_BITS = 16
+_TABLE_MASK = (1 << _TABLE_BITS) - 1
 
 
 class PromptBuilder:
@@ -43,45 +58,65 @@ class PromptBuilder:
         self.block_tokens = block_tokens
         self.token_id_min = token_id_min
         self.span = token_id_max - token_id_min
-        self._j = np.arange(block_tokens, dtype=np.uint64) * _GOLDEN
-        # Text of every possible id, so a prompt's JSON is one vectorised gather and one join.
-        self._ids_text = np.array([f"{token_id_min + i}," for i in range(self.span)], dtype=object)
-        self._words = np.array([f"w{token_id_min + i} " for i in range(self.span)], dtype=object)
+        self._j = np.arange(block_tokens, dtype=np.int64)
+        table = _splitmix(np.arange(1 << _TABLE_BITS, dtype=np.uint64) + _GOLDEN) % np.uint64(self.span)
+        self._table = table.astype(np.int64) + token_id_min  # token ids
+        # The text of every table entry as a fixed-width byte row ("  1234," right-aligned: still
+        # JSON; "w01234 " for chat), so a prompt's text is one row gather and one tobytes.
+        width = len(str(token_id_max - 1))
+        self._json_rows = _byte_rows([f"{v:>{width}}," for v in self._table.tolist()])
+        self._word_rows = _byte_rows([f"w{v:0{width}} " for v in self._table.tolist()])
 
-    def _block_ids(self, request: Request) -> np.ndarray:
+    def _slots(self, request: Request) -> np.ndarray:
+        """Table positions of the prompt's tokens: per block, start + j * stride (stride odd)."""
         n_blocks = -(-request.input_tokens // self.block_tokens)
-        ids = [h & _MASK64 for h in request.hash_ids[:n_blocks]]
-        ids += [(_UNSHARED ^ (request.request_id << 20) ^ i) & _MASK64 for i in range(len(ids), n_blocks)]
-        return np.array(ids, dtype=np.uint64)
-
-    def offsets(self, request: Request) -> np.ndarray:
-        """The prompt's token ids minus token_id_min (int64, length input_tokens)."""
-        seeds = _splitmix(self._block_ids(request) * _M2 + _GOLDEN)
-        x = _splitmix(seeds[:, None] + self._j[None, :]).ravel()[: request.input_tokens]
-        return (x % np.uint64(self.span)).astype(np.int64)
+        ids = list(request.hash_ids[:n_blocks])
+        ids += [_UNSHARED ^ (request.request_id << 20) ^ i for i in range(len(ids), n_blocks)]
+        # Implementation note: the per-block mixing is plain integer arithmetic; numpy's per-call
+        # cost on arrays of a few elements would be most of a short prompt's build time.
+        mixes = [_mix64(h) for h in ids]
+        if n_blocks == 1:
+            m = mixes[0]
+            slots = (m & _TABLE_MASK) + self._j * (((m >> _TABLE_BITS) & _TABLE_MASK) | 1)
+        else:
+            start = np.array([m & _TABLE_MASK for m in mixes], dtype=np.int64)
+            stride = np.array([((m >> _TABLE_BITS) & _TABLE_MASK) | 1 for m in mixes], dtype=np.int64)
+            slots = (start[:, None] + self._j[None, :] * stride[:, None]).ravel()
+        return slots[: request.input_tokens] & _TABLE_MASK
 
     def token_ids(self, request: Request) -> np.ndarray:
-        return self.offsets(request) + self.token_id_min
+        """The prompt's token ids (int64, length input_tokens)."""
+        return self._table[self._slots(request)]
 
-    def ids_json(self, request: Request) -> str:
-        """`[id,id,...]` without a JSON encoder pass over the list."""
-        return "[" + "".join(self._ids_text[self.offsets(request)].tolist())[:-1] + "]"
+    def ids_json(self, request: Request) -> bytes:
+        """`[21676, 8294,...]`: the token-id list as JSON."""
+        return b"[" + self._json_rows[self._slots(request)].tobytes()[:-1] + b"]"
 
-    def words(self, request: Request) -> str:
-        return "".join(self._words[self.offsets(request)].tolist())[:-1]
+    def words(self, request: Request) -> bytes:
+        """`w21676 w08294 ...`: one word per token id (the emulator's tokenizer splits on whitespace)."""
+        return self._word_rows[self._slots(request)].tobytes()[:-1]
+
+
+def _byte_rows(texts: list[str]) -> np.ndarray:
+    """Equal-length ASCII strings -> a (len, width) uint8 matrix."""
+    return np.frombuffer("".join(texts).encode(), dtype=np.uint8).reshape(len(texts), -1)
 
 
 def request_body(builder: PromptBuilder, request: Request, *, api: str, model: str, stream: bool,
                  ignore_eos: bool) -> bytes:
     """The JSON body for /v1/completions (token-id prompt) or /v1/chat/completions (one user message)."""
-    rest: dict = {"model": model, "max_tokens": max(1, request.output_tokens), "stream": stream}
+    tail = _tail(model, max(1, request.output_tokens), stream, ignore_eos)
+    if api == "chat":
+        return b'{"messages":[{"role":"user","content":"' + builder.words(request) + b'"}],' + tail
+    return b'{"prompt":' + builder.ids_json(request) + b"," + tail
+
+
+@functools.lru_cache(maxsize=4096)
+def _tail(model: str, max_tokens: int, stream: bool, ignore_eos: bool) -> bytes:
+    """Everything after the prompt: `"model":...,"max_tokens":N,...}` (a trace has few distinct N)."""
+    rest: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if stream:
         rest["stream_options"] = {"include_usage": True}
     if ignore_eos:
         rest["ignore_eos"] = True
-    tail = json.dumps(rest, separators=(",", ":"))[1:]
-    if api == "chat":
-        head = '{"messages":[{"role":"user","content":"' + builder.words(request) + '"}],'
-    else:
-        head = '{"prompt":' + builder.ids_json(request) + ","
-    return (head + tail).encode()
+    return json.dumps(rest, separators=(",", ":"))[1:].encode()

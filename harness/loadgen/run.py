@@ -11,8 +11,11 @@ onto the load generator's clock, so the time series and egress figures are those
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +35,14 @@ from harness.loadgen.prompts import PromptBuilder
 from harness.sim import RunResult
 from harness.workload import build_workload
 
-# Server-side columns joined into a live run's rows (times are moved onto the load generator's clock).
-_SERVER_FIELDS = ("route", "cached_tokens", "kv_bytes_sent", "prefill_instance", "decode_instance")
-_SERVER_TIMES = ("prefill_start_s", "prefill_end_s", "kv_ready_s")
+_START_MARGIN_WALL_S = 0.05  # live runs start this long (at least) after the server is up
+# Columns of an emulator record that are durations, not times on its clock (those end in _s too).
+_SERVER_DURATIONS = ("ttft_s", "tpot_s", "e2e_s", "prefill_s")
+# Emulator columns the client measures too: kept beside the client's as server_<name>.
+_SERVER_OWN_VIEW = ("arrival_s", "first_token_s", "finish_s", "error")
+# Times build_timeseries must not see moved (durations), when rows are put back on the emulator's clock.
+_ROW_DURATIONS = ("ttft_s", "tpot_s", "e2e_s", "lateness_s", "itl_max_s", "server_ttft_s", "server_e2e_s",
+                  "server_tpot_s", "prefill_s")
 
 
 class LiveRunResult(RunResult):
@@ -59,6 +67,25 @@ def write_extras(run_dir: str | Path, result: RunResult) -> None:
     """chunks.parquet (request_id, chunk, t_s) and warmup.parquet, next to the standard files."""
     for name, frame in getattr(result, "extras", {}).items():
         write_parquet(frame, Path(run_dir) / f"{name}.parquet")
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[asyncio.Event]:
+    """SIGINT/SIGTERM set the returned event (the run stops and records what it sent) while inside."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
+            pass
+    try:
+        yield stop
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 def _offer(cfg: DictConfig) -> tuple[list, int | None, float | None]:
@@ -94,6 +121,13 @@ async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
         print(f"listening on {server.url}", file=sys.stderr, flush=True)
     time_scale = float(cfg.server.time_scale) if live else 1.0
     url = server.url if server is not None else str(tcfg.url)
+    start_ns = None
+    if server is not None:
+        # Start the run on a bin boundary of the emulator's clock, a moment from now, so the
+        # emulator's logs (link, roles, evictions) bin exactly like the load generator's rows.
+        bin_s = float(cfg.analysis.timeseries.bin_s)
+        zero_s = bin_s * math.ceil((server.clock.now() + _START_MARGIN_WALL_S * time_scale) / bin_s)
+        start_ns = round(server.clock.to_loop_time(zero_s) * 1e9)
     clock = MonotonicClock()
     prompts = PromptBuilder(int(cfg.workload.get("block_tokens", 512)), int(tcfg.token_id_min),
                             int(tcfg.token_id_max))
@@ -113,9 +147,11 @@ async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
             target = OpenAIHttpTarget(session, url, model=model, clock=clock, prompts=prompts, api=str(tcfg.api),
                                       stream=bool(tcfg.stream), ignore_eos=bool(tcfg.ignore_eos),
                                       timeout_s=float(tcfg.timeout_s))
-            result = await run_load(requests, target, clock=clock, time_scale=time_scale, concurrency=concurrency,
-                                    max_duration_s=lg.max_duration_s, warmup_s=float(lg.warmup_s),
-                                    progress=bool(lg.progress))
+            with _stop_on_signals() as stop:
+                result = await run_load(requests, target, clock=clock, time_scale=time_scale,
+                                        concurrency=concurrency, max_duration_s=lg.max_duration_s,
+                                        warmup_s=float(lg.warmup_s), progress=bool(lg.progress), start_ns=start_ns,
+                                        stop=stop)
     finally:
         if server is not None:
             await server.stop()
@@ -139,28 +175,28 @@ def _assemble(cfg: DictConfig, result: LoadResult, server, label: str, model: st
     meta: dict[str, Any] = {"deployment": label, "mode": mode, "offered_rps": offered, "concurrency": concurrency,
                             "workload": str(cfg.workload.name), "seed": cfg.workload.get("seed"),
                             "time_scale": scale, "target_url": url, "served_model": model,
-                            "loadgen_cpu_s": result.cpu_s, "loadgen_wall_s": result.wall_s}
+                            "loadgen_cpu_s": result.cpu_s, "loadgen_wall_s": result.wall_s,
+                            "interrupted": result.interrupted, "offered": len(result.records),
+                            "stopped_at_s": (result.end_ns - t0) / 1e9 * scale}
     bin_s = float(cfg.analysis.timeseries.bin_s)
     if server is not None:
         clock, built = server.clock, server.built
-        shift_s = (t0 / 1e9 - clock.to_loop_time(0.0)) * scale  # emulator clock - load generator clock
+        shift_s = (t0 / 1e9 - clock.to_loop_time(0.0)) * scale  # emulator clock at the run's zero
+        shift_s = bin_s * round(shift_s / bin_s)  # exact: the run started on a bin boundary
         rows = _join_server_records(rows, built.deployment.records, server.engine.client_ids, shift_s)
         frame = requests_frame(rows).sort_values("request_id", ignore_index=True)
         lag = {"lag_p50_ms": clock.lag_wall_ms(50), "lag_p99_ms": clock.lag_wall_ms(99),
                "lag_max_ms": clock.max_lag_s / scale * 1e3, "events": clock.events_run,
-               "stream_interval_tokens": int(cfg.server.stream_interval_tokens)}
+               "stream_interval_tokens": server.options.stream_interval_tokens}
         if lag["lag_p99_ms"] > float(cfg.server.max_lag_ms):
             problems.append(f"emulator timer lag P99 {lag['lag_p99_ms']:.2f} ms > server.max_lag_ms="
                             f"{float(cfg.server.max_lag_ms):g}")
-        timeseries = build_timeseries(
-            frame, deployment=label, t_end=_t_end(frame), bin_s=bin_s, n_prefill=built.n_prefill,
-            n_prfaas=built.n_prfaas, n_decode=built.n_decode,
-            decode_slots=sum(d.bs_max for d in built.deployment.decode),
-            link=_ShiftedLink(built.deployment.cross_link, shift_s) if built.deployment.cross_link else None)
+        timeseries = _deployment_timeseries(frame, built, shift_s, bin_s)
         meta.update({"threshold_tokens": built.threshold_tokens, "n_prfaas": built.n_prfaas,
                      "n_prefill": built.n_prefill, "n_decode": built.n_decode, "model": str(cfg.model.name),
                      "link_capacity_gbps": float(cfg.link.capacity_gbps) if built.n_prfaas else math.nan,
-                     "server": lag, "plan": built.plan})
+                     "server": lag, "plan": built.plan,
+                     "rebalances": len(getattr(getattr(built.deployment, "rebalancer", None), "decisions", ()))})
     else:
         frame = requests_frame(rows).sort_values("request_id", ignore_index=True) if rows else requests_frame([])
         timeseries = _client_timeseries(frame, label, bin_s)
@@ -179,24 +215,28 @@ def _assemble(cfg: DictConfig, result: LoadResult, server, label: str, model: st
 
 def _join_server_records(rows: list[dict], server_records: list[dict], client_ids: dict[int, str],
                          shift_s: float) -> list[dict]:
-    """Add the emulator's view to each client row (matched through the X-Request-Id header)."""
+    """Add the emulator's view to each client row (matched through the X-Request-Id header).
+
+    The client's own columns win (its latencies are the measurement); the emulator's other columns
+    are added, its times moved onto the run clock, its latencies kept as server_ttft_s etc.
+    """
     by_client: dict[str, dict] = {}
     for rec in server_records:
         cid = client_ids.get(rec["request_id"])
         if cid is not None:
             by_client[cid] = rec
-    nan = math.nan
     for row in rows:
         rec = by_client.get(str(row["request_id"]))
-        if rec is None:
-            row.update({"route": "", "kv_bytes_sent": 0.0, "server_ttft_s": nan, "server_e2e_s": nan})
-            row.update({k: nan for k in _SERVER_TIMES})
+        if rec is None:  # refused before it reached the deployment (e.g. a 400)
+            row.setdefault("route", "")
             continue
-        for key in _SERVER_FIELDS:
-            if key != "cached_tokens" or not row.get("usage_reported"):
-                row[key] = rec[key]
-        row.update({k: rec[k] - shift_s for k in _SERVER_TIMES})
-        row["server_ttft_s"], row["server_e2e_s"] = rec["ttft_s"], rec["e2e_s"]
+        for key, value in rec.items():
+            if key.endswith("_s") and key not in _SERVER_DURATIONS and isinstance(value, float):
+                value -= shift_s  # a time on the emulator's clock
+            if key in _SERVER_DURATIONS or key in _SERVER_OWN_VIEW:
+                row[f"server_{key}"] = value
+            elif key not in row or (key == "cached_tokens" and not row.get("usage_reported")):
+                row[key] = value
     return rows
 
 
@@ -206,15 +246,25 @@ def _t_end(frame: pd.DataFrame) -> float:
     return float(max(finite.max() if finite.size else 0.0, 1e-9))
 
 
-class _ShiftedLink:
-    """The emulator's cross-DC link seen on the load generator's clock (for `build_timeseries`)."""
-
-    def __init__(self, link, shift_s: float) -> None:
-        self._link, self._shift = link, shift_s
-
-    def egress_series(self, t_end: float, bin_s: float, *, t_start: float = 0.0):
-        edges, egress, capacity = self._link.egress_series(t_end + self._shift, bin_s, t_start=t_start + self._shift)
-        return edges - self._shift, egress, capacity
+def _deployment_timeseries(frame: pd.DataFrame, built, shift_s: float, bin_s: float) -> pd.DataFrame:
+    """The sim run's time series from the emulator's own stamps, built on its clock (where its link
+    and role logs live), then moved back onto the run clock; `shift_s` is a whole number of bins."""
+    dep = built.deployment
+    on_server = frame.copy()
+    for key in ("arrival_s", "first_token_s", "finish_s"):  # the deployment's queues, not the client's view
+        if f"server_{key}" in on_server.columns:
+            on_server[key] = on_server[f"server_{key}"].fillna(on_server[key])
+    for column in on_server.columns:
+        if column.endswith("_s") and column not in _ROW_DURATIONS and on_server[column].dtype.kind == "f":
+            on_server[column] = on_server[column] + shift_s
+    optional = {name: getattr(dep, attr) for name, attr in (("reverse_link", "reverse_link"),
+                ("roles_log", "roles_log"), ("evictions", "evictions")) if hasattr(dep, attr)}
+    ts = build_timeseries(
+        on_server, deployment=dep.name, t_end=_t_end(frame) + shift_s, bin_s=bin_s, n_prefill=built.n_prefill,
+        n_prfaas=built.n_prfaas, n_decode=built.n_decode, decode_slots=sum(d.bs_max for d in dep.decode),
+        link=dep.cross_link, **optional)
+    ts["t_s"] = ts["t_s"] - shift_s
+    return ts[ts["t_s"] > -bin_s / 2].reset_index(drop=True)
 
 
 def _client_timeseries(frame: pd.DataFrame, label: str, bin_s: float) -> pd.DataFrame:

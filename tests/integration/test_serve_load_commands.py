@@ -1,0 +1,82 @@
+"""`harness-serve` (prints its URL, serves until SIGINT, then writes what it served) driven by
+`harness-load target.url=...` and the openai SDK, in subprocesses; and Ctrl-C during a live run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=32",
+         "workload.num_requests=30", "loadgen.rate_rps=10", "loadgen.progress=false", "analysis.figures=false"]
+
+
+def _python(*args, timeout=120, **kw):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def test_serve_then_load_against_its_url(tmp_path):
+    serve_dir, load_dir = tmp_path / "serve", tmp_path / "load"
+    server = subprocess.Popen([sys.executable, "-m", "harness.serve", "server.port=0", "server.time_scale=20",
+                               *SMALL, f"hydra.run.dir={serve_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        match = re.fullmatch(r"listening on (http://127\.0\.0\.1:\d+)\n", line)
+        assert match, line + server.stderr.read() if server.poll() is not None else line
+        url = match.group(1)
+        load = _python("-m", "harness.load", f"target.url={url}", *SMALL, f"hydra.run.dir={load_dir}")
+        assert load.returncode == 0, load.stderr[-2000:]
+        assert "loadgen_valid=" in load.stdout
+        summary = json.loads((load_dir / "summary.json").read_text())
+        assert summary["mode"] == "url" and summary["completed"] == 30 and summary["deployment"] == "url:internal_1t"
+        df = pd.read_parquet(load_dir / "requests.parquet")
+        assert df["usage_reported"].all() and (df["output_tokens"] == 32).all()
+        openai = pytest.importorskip("openai")
+        with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:
+            out = client.completions.create(model="internal_1t", prompt="one more", max_tokens=3)
+            streamed = list(client.chat.completions.create(model="internal_1t", max_tokens=2, stream=True,
+                                                           messages=[{"role": "user", "content": "hi"}]))
+        assert out.usage.completion_tokens == 3 and streamed[-1].choices[0].finish_reason == "length"
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err[-2000:]
+    assert "served 32 requests" in out
+    served = pd.read_parquet(serve_dir / "requests.parquet")
+    assert len(served) == 32 and served["error"].isna().all()
+
+
+def test_sigint_midway_keeps_every_sent_request(tmp_path):
+    """Ctrl-C during a live run: the run stops, each request sent so far is a row (the unfinished
+    ones marked interrupted), the directory is written, and the exit status is 130."""
+    run_dir = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "mode=live", "server.time_scale=5",
+                             "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=100",
+                             "workload.num_requests=100000", "loadgen.rate_rps=20", "loadgen.progress=false",
+                             "analysis.figures=false", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in proc.stderr.readline()
+        time.sleep(2.0)  # 10 s of run clock: ~200 requests sent, the last ones still decoding
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in out
+    df = pd.read_parquet(run_dir / "requests.parquet")
+    assert 20 < len(df) < 100000
+    assert df["error"].fillna("").str.startswith("interrupted").any() and df["error"].isna().any()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["n_requests"] == len(df)

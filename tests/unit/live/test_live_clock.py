@@ -1,0 +1,113 @@
+"""The live clock keeps the emulated timeline causal when the host loop is late.
+
+Lateness is forced deterministically (a callback that blocks the loop), so these are ordering and
+value checks, not timing measurements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harness.live.clock import ScheduledLoopClock
+
+
+def _run(body):
+    async def main():
+        loop = asyncio.get_running_loop()
+        clock = ScheduledLoopClock(loop, time_scale=1.0)
+        return await body(clock)
+
+    return asyncio.run(main())
+
+
+def test_overdue_timers_run_in_time_order_at_their_own_times():
+    """A blocks the loop past B's time and schedules C before B: C still runs before B, and each
+    callback sees its scheduled time (plain asyncio would run B first, late)."""
+
+    async def body(clock):
+        seen = []
+
+        def a():
+            seen.append(("a", clock.now()))
+            time.sleep(0.05)  # the host loop stalls past b's due time
+            clock.call_at(clock.now() + 0.005, lambda: seen.append(("c", clock.now())))
+
+        clock.call_at(0.02, a)
+        clock.call_at(0.03, lambda: seen.append(("b", clock.now())))
+        await asyncio.sleep(0.12)
+        return seen, clock
+
+    seen, clock = _run(body)
+    assert [name for name, _ in seen] == ["a", "c", "b"]
+    assert [t for _, t in seen] == [0.02, 0.025, 0.03]
+    assert clock.max_lag_s >= 0.04  # the stall is measured, not hidden
+    assert len(clock.lags_s) == 3
+
+
+def test_time_waits_for_an_overdue_timer():
+    """Outside callbacks, now() never passes a timer that has not fired yet."""
+
+    async def body(clock):
+        clock.call_at(0.01, lambda: None)
+        time.sleep(0.03)  # the timer is due but the loop has not run it
+        stalled = clock.now()
+        wall = clock.wall_now()
+        await asyncio.sleep(0.01)
+        return stalled, wall, clock.now()
+
+    stalled, wall, after = _run(body)
+    assert stalled == 0.01
+    assert wall > 0.03
+    assert after > 0.03  # once it fired, time follows the wall clock again
+
+
+def test_cancelled_timers_do_not_run_or_hold_time():
+    async def body(clock):
+        ran = []
+        timer = clock.call_at(0.01, lambda: ran.append(1))
+        timer.cancel()
+        time.sleep(0.02)
+        now = clock.now()
+        await asyncio.sleep(0.02)
+        return ran, now
+
+    ran, now = _run(body)
+    assert ran == []
+    assert now > 0.02
+
+
+def test_time_scale_maps_emulated_to_wall_time():
+    """At time_scale 50, an emulated second passes in 20 wall ms; lag is reported in wall ms."""
+
+    async def body(clock):
+        done = asyncio.Event()
+        clock.call_at(1.0, done.set)
+        t0 = time.monotonic()
+        await done.wait()
+        return time.monotonic() - t0, clock
+
+    async def main():
+        clock = ScheduledLoopClock(asyncio.get_running_loop(), time_scale=50.0)
+        return await body(clock)
+
+    wall_s, clock = asyncio.run(main())
+    assert 0.015 < wall_s < 1.0
+    assert clock.lag_wall_ms(50) == clock.lags_s[0] / 50 * 1e3
+
+
+def test_a_failing_callback_does_not_stop_the_clock():
+    """The error goes to the loop's exception handler; later timers still run."""
+
+    async def body(clock):
+        loop = asyncio.get_running_loop()
+        errors, ran = [], []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context["exception"]))
+        clock.call_at(0.005, lambda: 1 / 0)
+        clock.call_at(0.01, lambda: ran.append(clock.now()))
+        await asyncio.sleep(0.05)
+        return errors, ran
+
+    errors, ran = _run(body)
+    assert [type(e) for e in errors] == [ZeroDivisionError]
+    assert ran == [0.01]
