@@ -1,8 +1,9 @@
 """The emulator's notion of time: one protocol, two clocks.
 
 Deployment code only ever calls `clock.now()` and `clock.call_at(t, fn)`. In sim mode a
-`VirtualClock` runs those callbacks from a heap as fast as the CPU allows; in live mode an
-asyncio loop provides them on the wall clock (scaled). Times are seconds as floats.
+`VirtualClock` runs those callbacks from a heap as fast as the CPU allows; in live mode
+`harness.live.clock.ScheduledLoopClock` (built on `WallClock` here) runs them on the asyncio
+loop's wall clock, scaled. Times are seconds as floats.
 """
 
 from __future__ import annotations
@@ -74,13 +75,13 @@ class VirtualClock:
             self._now = until
 
 
-class LoopClock:
+class WallClock:
     """Wall-clock time on an asyncio loop, optionally scaled: `time_scale=10` runs 10x faster.
 
-    `now()` is emulated seconds since the clock was made; `call_at` maps emulated times back to
-    loop times. The deployment code cannot tell this clock from `VirtualClock`. `lag()` tracks
-    how late timers fire (loop lag) in emulated seconds: a run whose lag grows past what its
-    measurements can tolerate is flagged by the caller.
+    `now()` is emulated seconds since the clock was made; `to_loop_time` maps emulated times back
+    to loop times. It only tells time: the live emulator's `ScheduledLoopClock`
+    (harness/live/clock.py) adds timers that run in emulated-time order, so host lag is measured
+    as lag instead of leaking into the emulated timeline.
     """
 
     def __init__(self, loop, time_scale: float = 1.0) -> None:
@@ -97,18 +98,3 @@ class LoopClock:
 
     def to_loop_time(self, when: float) -> float:
         return self._t0 + when / self.time_scale
-
-    def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
-        timer = Timer(max(when, self.now()), fn)
-
-        def fire() -> None:
-            if timer.cancelled:
-                return
-            lag = self.now() - timer.when
-            if lag > self.max_lag_s:
-                self.max_lag_s = lag
-            self.events_run += 1
-            fn()
-
-        self._loop.call_at(self.to_loop_time(timer.when), fire)
-        return timer

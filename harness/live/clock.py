@@ -1,7 +1,7 @@
 """The live emulator's clock: the wall clock (scaled), with timer lag measured but not leaked.
 
-`LoopClock` gives each timer its own asyncio handle and lets its callback read the *actual* time,
-so every millisecond the host loop is late becomes emulated time: a prefill that ends 1 ms late
+A naive wall clock that gives each timer its own asyncio handle and lets its callback read the
+*actual* time turns every millisecond the host loop is late into emulated time: a prefill that ends 1 ms late
 (x time_scale) starts the next one late, a link flow keeps "sending" past its last byte, and
 asyncio may even run two overdue timers out of order (it batches due handles before running any,
 so a timer scheduled by the first runs after an already-due later one).
@@ -23,10 +23,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clock import LoopClock, Timer
+from harness.clock import Timer, WallClock
 
 
-class ScheduledLoopClock(LoopClock):
+class ScheduledLoopClock(WallClock):
     def __init__(self, loop, time_scale: float = 1.0) -> None:
         super().__init__(loop, time_scale)
         self._heap: list[tuple[float, int, Timer]] = []
@@ -40,8 +40,8 @@ class ScheduledLoopClock(LoopClock):
         self.lags_s: deque[float] = deque(maxlen=1 << 18)
 
     def wall_now(self) -> float:
-        """Emulated time from the wall clock alone (what `LoopClock.now` returns)."""
-        return LoopClock.now(self)
+        """Emulated time from the wall clock alone (what `WallClock.now` returns)."""
+        return WallClock.now(self)
 
     def _earliest(self) -> float:
         heap = self._heap
@@ -53,7 +53,7 @@ class ScheduledLoopClock(LoopClock):
         if self._pinned is not None:
             t = self._pinned
         else:
-            t = min(LoopClock.now(self), self._earliest())  # an overdue timer holds time back
+            t = min(WallClock.now(self), self._earliest())  # an overdue timer holds time back
         if t < self._last:
             t = self._last
         self._last = t
@@ -77,7 +77,7 @@ class ScheduledLoopClock(LoopClock):
         self._handle, self._armed_for = None, float("inf")
         heap = self._heap
         slack = 1e-9 * self.time_scale  # loop-time rounding
-        wall = LoopClock.now(self)
+        wall = WallClock.now(self)
         try:
             while heap:
                 when, _, timer = heap[0]
@@ -85,7 +85,7 @@ class ScheduledLoopClock(LoopClock):
                     heapq.heappop(heap)
                     continue
                 if when > wall + slack:
-                    wall = LoopClock.now(self)
+                    wall = WallClock.now(self)
                     if when > wall + slack:
                         break
                 heapq.heappop(heap)
