@@ -57,7 +57,9 @@ _MAX_TOKEN_ID = 1 << 62
 
 def load_body(raw: bytes) -> Any:
     """json.loads(raw), with a token-id `prompt` list returned as an int64 array."""
-    m = _PROMPT_LIST.search(raw)
+    # The fast path parses the one `"prompt": [ids]` by itself; with any other "prompt" key in the
+    # body (nested, duplicated) it could pick the wrong one, so only plain JSON decides then.
+    m = _PROMPT_LIST.search(raw) if raw.count(b'"prompt"') == 1 else None
     if m is not None:
         end = raw.find(b"]", m.end())
         inner = raw[m.end():end]
@@ -71,7 +73,10 @@ def load_body(raw: bytes) -> Any:
                     and ids.size == inner.count(b",") + 1 and ids.max() < _MAX_TOKEN_ID):
                 body["prompt"] = ids
                 return body
-    return json.loads(raw)
+    try:
+        return json.loads(raw)
+    except RecursionError as err:
+        raise ValueError("JSON nested too deeply") from err
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -90,7 +95,7 @@ def _token_list(value: list[Any], param: str) -> np.ndarray:
         ids = np.asarray(value)
     except (ValueError, OverflowError):
         ids = np.asarray(value, dtype=object)
-    if ids.ndim == 1 and ids.dtype.kind in "iu" and (ids.size == 0 or ids.min() >= 0):
+    if ids.ndim == 1 and ids.dtype.kind == "i" and (ids.size == 0 or ids.min() >= 0):  # not uint64: > int64
         return ids.astype(np.int64, copy=False)
     for i, v in enumerate(value):  # slow path, only to name the bad element
         if not _is_int(v) or v < 0 or v >= 1 << 63:

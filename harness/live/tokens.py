@@ -26,7 +26,9 @@ _MASK_63 = (1 << 63) - 1
 
 def text_token_ids(text: str) -> list[int]:
     """The stand-in tokenisation: one id per whitespace-separated word (deterministic, no download)."""
-    return [TEXT_TOKEN_ID_BASE + zlib.crc32(word.encode()) % TEXT_VOCAB for word in text.split()]
+    # surrogatepass: JSON may carry lone surrogates ("\ud800"); they are still just a word here
+    return [TEXT_TOKEN_ID_BASE + zlib.crc32(word.encode("utf-8", "surrogatepass")) % TEXT_VOCAB
+            for word in text.split()]
 
 
 def block_hash_ids(token_ids: Sequence[int] | np.ndarray, block_tokens: int) -> tuple[int, ...]:

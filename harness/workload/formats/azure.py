@@ -8,7 +8,8 @@ report). Extra columns are ignored. Written files use seconds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import csv
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,20 +24,40 @@ NAMES = FieldNames(time="TIMESTAMP", input="ContextTokens", output="GeneratedTok
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
-def _where(path: Path, i: int) -> str:
-    return f"{path}:{i + 2}"  # line 1 is the header
+Where = Callable[[int], str]  # data row index -> "file:line"
 
 
-def _integers(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
+def _rows(path: Path) -> tuple[pd.DataFrame, Where]:
+    """The data rows as strings, and where each one is in the file (blank lines skipped, counted)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, skipinitialspace=True)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(f"{path}: empty trace (no header, no requests)")
+        width = len(header)
+        rows, lines = [], []
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) > width:
+                raise InputError(f"{path}:{reader.line_num}: {len(row)} fields, but the header has {width}")
+            rows.append(row + [""] * (width - len(row)))
+            lines.append(reader.line_num)
+    frame = pd.DataFrame(rows, columns=[str(c).strip() for c in header], dtype=str)
+    return frame, lambda i: f"{path}:{lines[i]}"
+
+
+def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
     text = frame[column].str.strip()
-    ok = text.str.fullmatch(r"[+-]?\d+")
+    ok = text.str.fullmatch(r"[+-]?\d{1,18}")  # fits int64
     if not ok.all():
         i = int(np.argmax(~ok.to_numpy()))
-        raise InputError(f"{_where(path, i)}: field '{column}' must be an integer, got {frame[column].iloc[i]!r}")
+        raise InputError(f"{where(i)}: field '{column}' must be an integer (at most 18 digits), "
+                         f"got {frame[column].iloc[i]!r}")
     return text.astype(np.int64).to_numpy()
 
 
-def _seconds(path: Path, frame: pd.DataFrame, report: LoadReport) -> np.ndarray:
+def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport) -> np.ndarray:
     """Seconds if the first row is a number, else ISO-8601 datetimes; the first misfit row is named."""
     text = frame["TIMESTAMP"].str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
@@ -53,28 +74,25 @@ def _seconds(path: Path, frame: pd.DataFrame, report: LoadReport) -> np.ndarray:
             values = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
     if bad.any():
         i = int(np.argmax(bad))
-        raise InputError(f"{_where(path, i)}: field 'TIMESTAMP' must be {kind}, got {frame['TIMESTAMP'].iloc[i]!r}")
+        raise InputError(f"{where(i)}: field 'TIMESTAMP' must be {kind}, got {frame['TIMESTAMP'].iloc[i]!r}")
     return values
 
 
 def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
     report = LoadReport(str(path), "csv")
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        frame, where = _rows(path)
     except FileNotFoundError as err:
         raise InputError(f"{path}: no such file") from err
-    except pd.errors.EmptyDataError as err:
-        raise InputError(f"{path}: empty trace (no header, no requests)") from err
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as err:
+    except (csv.Error, UnicodeDecodeError, OSError) as err:
         raise InputError(f"{path}: cannot parse as CSV ({str(err).strip().splitlines()[0]})") from err
-    frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in HEADER if c not in frame.columns]
     if missing:
         raise InputError(f"{path}:1: missing column(s) {', '.join(missing)} (header must have "
                          f"{','.join(HEADER)}; found {','.join(frame.columns)})")
-    cols = Columns(_seconds(path, frame, report), _integers(path, frame, "ContextTokens"),
-                   _integers(path, frame, "GeneratedTokens"))
-    requests = to_requests(cols, NAMES, lambda i: _where(path, i), block_tokens, report)
+    cols = Columns(_seconds(where, frame, report), _integers(where, frame, "ContextTokens"),
+                   _integers(where, frame, "GeneratedTokens"))
+    requests = to_requests(cols, NAMES, where, block_tokens, report)
     return requests, report
 
 

@@ -126,7 +126,10 @@ def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], b
     if missing:
         report.synthesised_hash_ids = len(missing)
         used = [h for ids in hash_ids if ids for h in ids]
+        needed = int(sum(int(expected[i]) for i in missing))
         next_id = max(used) + 1 if used else 0
+        if next_id + needed > 2**63 - 1:  # fresh ids must stay int64 (Parquet): count down instead
+            next_id = min(used) - needed
         for i in missing:
             c = int(expected[i])
             hash_ids[i] = tuple(range(next_id, next_id + c))

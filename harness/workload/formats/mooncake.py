@@ -28,20 +28,22 @@ from harness.workload.request import Request
 NAMES = FieldNames(time="timestamp", input="input_length", output="output_length")
 _REQUIRED = ("timestamp", "input_length", "output_length")
 _OPTIONAL = ("hash_ids", "session_id", "turn")
+_INT64 = range(-(2**63), 2**63)
+_MAX_TIMESTAMP_MS = 1e15  # ~31,700 years: beyond it a "timestamp" is not one
 
 
 def _open_text(path: Path) -> IO[str]:
     if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="\n")
+    return open(path, encoding="utf-8", newline="\n")  # JSON Lines ends lines with \n only; \r is whitespace
 
 
 def _int(obj: dict, key: str, where: str, optional: bool = False) -> int | None:
     value = obj.get(key)
     if value is None and optional:
         return None
-    if type(value) is not int:
-        raise InputError(f"{where}: field '{key}' must be an integer, got {json.dumps(value)}")
+    if type(value) is not int or value not in _INT64:
+        raise InputError(f"{where}: field '{key}' must be a 64-bit integer, got {json.dumps(value)[:40]}")
     return value
 
 
@@ -64,6 +66,8 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise InputError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from err
+                except (ValueError, RecursionError) as err:  # e.g. a 5,000-digit number, [[[[... nesting
+                    raise InputError(f"{where}: invalid JSON ({str(err).splitlines()[0][:80]})") from err
                 if not isinstance(obj, dict):
                     raise InputError(f"{where}: expected a JSON object with fields {', '.join(_REQUIRED)}")
                 for key in _REQUIRED:
@@ -71,16 +75,17 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
                         raise InputError(f"{where}: missing field '{key}' (required: {', '.join(_REQUIRED)}; "
                                          f"optional: {', '.join(_OPTIONAL)})")
                 ts = obj["timestamp"]
-                if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+                if (isinstance(ts, bool) or not isinstance(ts, (int, float)) or abs(ts) > _MAX_TIMESTAMP_MS
+                        or not math.isfinite(ts)):
                     raise InputError(f"{where}: field 'timestamp' must be a number of milliseconds, "
-                                     f"got {json.dumps(ts)}")
+                                     f"got {json.dumps(ts)[:40]}")
                 times.append(ts / 1000.0)
                 inputs.append(_int(obj, "input_length", where))  # type: ignore[arg-type]
                 outputs.append(_int(obj, "output_length", where))  # type: ignore[arg-type]
                 ids = obj.get("hash_ids")
                 if ids is not None:
-                    if not isinstance(ids, list) or not all(type(h) is int for h in ids):
-                        raise InputError(f"{where}: field 'hash_ids' must be a list of integers")
+                    if not isinstance(ids, list) or not all(type(h) is int and h in _INT64 for h in ids):
+                        raise InputError(f"{where}: field 'hash_ids' must be a list of 64-bit integers")
                     ids = tuple(ids)
                 hash_ids.append(ids)
                 sessions.append(_int(obj, "session_id", where, optional=True))

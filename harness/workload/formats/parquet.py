@@ -59,11 +59,13 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
     report = LoadReport(str(path), "parquet")
     try:
         table = pq.read_table(path)
+        names = table.column_names  # decoding the footer's names can fail too
     except FileNotFoundError as err:
         raise InputError(f"{path}: no such file") from err
-    except (pa.ArrowException, OSError) as err:
-        raise InputError(f"{path}: cannot read as Parquet ({err})") from err
-    missing = [c for c in _REQUIRED if c not in table.column_names]
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(f"{path}: cannot read as Parquet ({first_line})") from err
+    missing = [c for c in _REQUIRED if c not in names]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (required: {', '.join(_REQUIRED)}; "
                          f"optional: hash_ids, session_id, turn)")
