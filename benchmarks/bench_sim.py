@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     register_configs()
+    with initialize_config_dir(config_dir=CONF, version_base=None):  # warm-up: imports, not the emulator
+        run_sim(compose("config", overrides=["workload.num_requests=10", "loadgen.progress=false"]))
     for name in args.deployments.split(","):
         with initialize_config_dir(config_dir=CONF, version_base=None):
             cfg = compose("config", overrides=[f"deployment={name}", f"workload.num_requests={args.requests}",

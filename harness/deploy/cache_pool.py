@@ -91,8 +91,17 @@ class HybridCachePool:
 
     def insert(self, hash_ids: Sequence[int], input_tokens: int, owner: str) -> int:
         """Enter (or touch) a scheduled prefill's blocks and its state checkpoint; returns evictions."""
-        for h in hash_ids:
-            self._put(h, owner, self.block_bytes)
+        lru = self._lru
+        bounded = self.capacity_bytes != math.inf  # unbounded: no eviction, so recency never matters
+        block_bytes, added = self.block_bytes, 0
+        for h in hash_ids:  # hot path: one pass, no per-block calls
+            if h in lru:
+                if bounded:
+                    lru.move_to_end(h)
+            else:
+                lru[h] = [owner, False, block_bytes]
+                added += 1
+        self.used_bytes += added * block_bytes
         key = self._state_key(hash_ids, input_tokens)
         if key is not None:
             self._put(key, owner, self.state_bytes)
@@ -101,8 +110,7 @@ class HybridCachePool:
         return self.evictions - before
 
     def _put(self, key, owner: str, nbytes: float) -> None:
-        entry = self._lru.get(key)
-        if entry is not None:
+        if key in self._lru:
             self._lru.move_to_end(key)
             return
         self._lru[key] = [owner, False, nbytes]
