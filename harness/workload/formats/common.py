@@ -21,6 +21,8 @@ from tqdm import tqdm
 from harness.errors import InputError
 from harness.workload.request import Request, n_blocks
 
+MAX_TOKENS = 1 << 27  # 134M tokens per prompt or output: a sanity limit, far beyond any context
+
 
 @dataclass
 class LoadReport:
@@ -108,6 +110,9 @@ def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], b
         if (values < 0).any():
             i = _first(values < 0)
             raise InputError(f"{where(i)}: field '{name}' must be a non-negative integer, got {values[i]}")
+        if (values > MAX_TOKENS).any():  # no model has such a context; and ids would be synthesised per block
+            i = _first(values > MAX_TOKENS)
+            raise InputError(f"{where(i)}: field '{name}' = {values[i]} is over the {MAX_TOKENS:,}-token sanity limit")
 
     hash_ids: list[tuple[int, ...] | None] = list(cols.hash_ids) if cols.hash_ids is not None else [None] * n
     expected = n_blocks(inp, block_tokens)

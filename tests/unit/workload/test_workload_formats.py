@@ -130,3 +130,14 @@ def test_missing_file_and_bad_gzip(tmp_path):
     (tmp_path / "bad.jsonl.gz").write_text("plain text")
     with pytest.raises(InputError, match="gzip"):
         read_trace(tmp_path / "bad.jsonl.gz")
+
+
+def test_absurd_lengths_are_refused_before_ids_are_synthesised(tmp_path):
+    """A 10^12-token prompt without hash_ids would synthesise ~2 billion block ids: refuse it by name."""
+    from harness.errors import InputError
+    from harness.workload import read_trace
+
+    path = tmp_path / "huge.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,5\n1,1000000000000,5\n")
+    with pytest.raises(InputError, match=r"huge.csv:3: field 'ContextTokens' = 1000000000000 is over"):
+        read_trace(path)
