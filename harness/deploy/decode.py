@@ -51,8 +51,11 @@ class DecodeInstance:
 
     # -- capacity -----------------------------------------------------------------------------
     def kv_need(self, job: Job) -> float:
-        req = job.request
-        return float(self.profile.kv_bytes(req.input_tokens + req.output_tokens))
+        """KV of the whole context at the end of decode (cached on the job: one profile per cluster)."""
+        if job.decode_kv_bytes is None:
+            req = job.request
+            job.decode_kv_bytes = float(self.profile.kv_bytes(req.input_tokens + req.output_tokens))
+        return job.decode_kv_bytes
 
     def can_admit(self, job: Job) -> bool:
         if self.reserved >= self.bs_max:

@@ -35,6 +35,7 @@ class Job:
     transfer_pending: bool = False
     prefill_pending: bool = True
     join_step: int | None = None  # decode step at which the request joined its batch
+    decode_kv_bytes: float | None = None  # KV of input + output, what a decode slot must hold
     attempt: int = 0  # re-prefills after a PrfaaS outage
     abandoned: bool = False  # superseded by a retry: its callbacks are ignored
     flows: list = field(default_factory=list)  # link flows in progress (cancelled if abandoned)

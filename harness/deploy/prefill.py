@@ -38,14 +38,25 @@ class PrefillInstance:
         self._busy_until = 0.0
         self.busy_s = 0.0  # accumulated service time, for utilisation
         self._base_s = profile.prefill_s(0, 0)
+        self.on_change: Callable[[PrefillInstance], None] | None = None  # free_at moved
+        self.version = 0  # bumped on every change of free_at the deployment is told about
+
+    @property
+    def free_at(self) -> float:
+        """When this instance would be done with everything it holds (in the past when idle)."""
+        return self._busy_until + self._queued_work_s
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.on_change is not None:
+            self.on_change(self)
 
     def service_s(self, job: Job) -> float:
         return self.profile.prefill_s(job.new_tokens, job.cached_tokens)
 
     def backlog_s(self) -> float:
         """Seconds of work ahead of a request enqueued now (least-loaded routing uses this)."""
-        remaining = max(0.0, self._busy_until - self.clock.now()) if self.running else 0.0
-        return remaining + self._queued_work_s
+        return max(0.0, self.free_at - self.clock.now())
 
     def submit(self, job: Job) -> None:
         job.prefill_instance = self.name
@@ -53,7 +64,10 @@ class PrefillInstance:
         self.queue.append(job)
         self._queued_work_s += job.prefill_s
         if not self.running:
+            if self._busy_until < self.clock.now():
+                self._busy_until = self.clock.now()  # idle until now: work starts now
             self._start_next()
+        self._changed()
 
     def withdraw(self, job: Job) -> bool:
         """Take a queued (not yet running) request back; False if it is not in the queue."""
@@ -62,6 +76,7 @@ class PrefillInstance:
         except ValueError:
             return False
         self._queued_work_s = max(0.0, self._queued_work_s - job.prefill_s)
+        self._changed()
         return True
 
     def _take_batch(self) -> list[Job]:
@@ -88,6 +103,8 @@ class PrefillInstance:
             job.prefill_start_s = now
             self.on_start(job, duration)
         self.clock.call_at(now + duration, self._finish)
+        if len(batch) > 1:
+            self._changed()  # a batch pays the fixed cost once: the instance frees up earlier
 
     def _finish(self) -> None:
         batch, self.running = self.running, []

@@ -119,3 +119,29 @@ def test_single_prefill_server_matches_md1_waiting_time(fake_profile):
     waits = np.array([r["prefill_start_s"] - r["arrival_s"] for r in recs.values()])
     expected = rho * 1.0 / (2 * (1 - rho))
     assert waits.mean() == pytest.approx(expected, rel=0.08)
+
+
+def test_least_loaded_heap_agrees_with_a_scan(fake_profile):
+    """Random arrivals over 6 prefill instances: the heap's pick always has the least backlog."""
+    from harness.deploy.deployment import _LeastLoaded
+    from harness.deploy.prefill import PrefillInstance
+    from harness.deploy.job import Job
+
+    clock = VirtualClock()
+    profile = fake_profile(per_token_s=0.001)
+    instances = [PrefillInstance(f"p{i}", clock, profile, lambda j, d: None, lambda j: None) for i in range(6)]
+    heap = _LeastLoaded(instances)
+    for instance in instances:
+        instance.on_change = heap.push
+    rng = np.random.default_rng(3)
+    checks = []
+
+    def arrive(k):
+        chosen = heap.least_loaded()
+        checks.append(chosen.backlog_s() - min(i.backlog_s() for i in instances))
+        chosen.submit(Job(_request(k, int(rng.integers(100, 3000)))))
+
+    for k, t in enumerate(np.cumsum(rng.exponential(0.3, 400))):
+        clock.call_at(float(t), lambda k=k: arrive(k))
+    clock.run()
+    assert len(checks) == 400 and max(checks) <= 1e-9
