@@ -56,12 +56,16 @@ def make_plan(cfg: DictConfig) -> dict[str, Any]:
     return plan.to_dict()
 
 
-def replanner(cfg: DictConfig):
-    """The planner as the rebalancer calls it: for observed lengths, free or with a fixed config."""
+def replanner(cfg: DictConfig, deployment: Deployment):
+    """The planner as the rebalancer calls it: for observed lengths, free or with a fixed config.
+
+    While the PrfaaS cluster is unreachable it plans the local cluster alone (more prefill)."""
     base = OmegaConf.to_container(cfg.deployment, resolve=True)
 
     def plan(lengths: np.ndarray, mean_output: float, fixed):
         dep = copy.deepcopy(base)
+        if not deployment.prfaas_reachable:
+            dep["prfaas"] = None
         router = dep.get("router") or {}
         n_p, n_d, t = fixed if fixed is not None else (None, None, None)
         dep["local"]["n_prefill"], dep["local"]["n_decode"] = n_p, n_d
@@ -158,7 +162,7 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     schedule_faults(clock, deployment, faults["link_events"], faults["prfaas_outages"])
     reb = cfg.rebalancer
     if reb.enabled:
-        rebalancer = Rebalancer(clock, deployment, replanner(cfg), period_s=reb.period_s, window_s=reb.window_s,
+        rebalancer = Rebalancer(clock, deployment, replanner(cfg, deployment), period_s=reb.period_s, window_s=reb.window_s,
                                 switch_delay_s=reb.switch_delay_s, min_gain=reb.min_gain,
                                 min_samples=reb.min_samples)
         deployment.observers.append(rebalancer.observe)

@@ -405,6 +405,8 @@ class Deployment:
             held, self.held = self.held, []
             for job in held:
                 self._route(job)
+        if self.rebalancer is not None:
+            self.rebalancer.nudge()
 
     def _restart(self, job: Job) -> None:
         """Abandon a request's current attempt and route it again (the router now sees no PrfaaS)."""

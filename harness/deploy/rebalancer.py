@@ -5,7 +5,7 @@ arrived in the last `window_s`, asks the planner for the best split and threshol
 traffic, and compares it with the planner's prediction for the current configuration on the same
 traffic. When the gain is at least `min_gain`, it converts local instances between prefill and
 decode (drain, then `switch_delay_s`) and moves the threshold. It ticks only while requests are in
-flight, so a finished run ends.
+flight, so a finished run ends; a PrfaaS outage or recovery re-plans at once (`nudge`).
 """
 
 from __future__ import annotations
@@ -54,6 +54,14 @@ class Rebalancer:
         self._seen.append((now, job.request.input_tokens - job.cached_tokens, job.request.output_tokens))
         if self._timer is None:
             self._timer = self.clock.call_at(now + self.period_s, self._tick)
+
+    def nudge(self) -> None:
+        """Re-plan now (the PrfaaS cluster went away or came back), not at the next period."""
+        now = self.clock.now()
+        while self._seen and self._seen[0][0] < now - self.window_s:
+            self._seen.popleft()
+        if len(self._seen) >= self.min_samples and not self.deployment.draining:
+            self._replan(now)
 
     def _tick(self) -> None:
         self._timer = None

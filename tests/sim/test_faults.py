@@ -61,3 +61,16 @@ def test_bad_fault_schedules_are_named():
         _run("deployment=prfaas_pd", "faults.prfaas_outages=[[300,200]]")
     with pytest.raises(InputError, match="unknown key"):
         _run("deployment=prfaas_pd", "faults.link_events=[{t_s:1,bandwidth:3}]")
+
+
+def test_the_rebalancer_turns_decode_into_prefill_while_prfaas_is_away():
+    """During the outage the local cluster must prefill everything: re-planning it alone moves instances
+    to prefill, and the goodput lost to the outage shrinks."""
+    static, static_summary = _run("deployment=prfaas_pd", "faults=prfaas_outage", "workload.num_requests=2000")
+    adapted, adapted_summary = _run("deployment=prfaas_pd", "faults=prfaas_outage", "workload.num_requests=2000",
+                                    "rebalancer.enabled=true")
+    ts = adapted.timeseries
+    during = ts[(ts["t_s"] > 200) & (ts["t_s"] < 320)]
+    assert during["n_prefill_active"].max() > 3
+    assert adapted_summary["goodput_rps"] > 1.1 * static_summary["goodput_rps"]
+    assert adapted_summary["failed"] == 0
