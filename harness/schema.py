@@ -104,11 +104,5 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=RootConfig)
     for part in _PARTS:
-        try:
-            module = importlib.import_module(part)
-        except ModuleNotFoundError as err:
-            if err.name != part:
-                raise
-            continue
-        module.register(cs)
+        importlib.import_module(part).register(cs)
     _registered = True
