@@ -7,20 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=32",
-         "workload.num_requests=30", "loadgen.rate_rps=10", "loadgen.progress=false", "analysis.figures=false"]
-
-
-def _python(*args, timeout=120, **kw):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+from .cli import SMALL
+from .cli import python as _python
 
 
 def test_python_m_harness_mode_live_writes_a_run_directory(tmp_path):

@@ -1,0 +1,15 @@
+"""Running the harness's commands in a subprocess, as a user would, on a small live workload."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=32",
+         "workload.num_requests=30", "loadgen.rate_rps=10", "loadgen.progress=false", "analysis.figures=false"]
+
+
+def python(*args, timeout=120, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
