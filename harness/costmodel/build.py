@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from harness.costmodel.curves import PiecewiseLinear, Polynomial, RooflinePrefill, read_profile_csv
-from harness.costmodel.decode import ConstantDecode, RooflineDecode, roofline_bs_max
+from harness.costmodel.decode import ConstantDecode, LinearDecode, RooflineDecode, roofline_bs_max
 from harness.costmodel.hardware import HardwareSpec
 from harness.costmodel.nodes import integer, number
 from harness.costmodel.profile import InstanceProfile
@@ -25,7 +25,7 @@ from harness.costmodel.spec import ModelSpec
 from harness.errors import InputError
 
 PREFILL_KINDS = ("table", "csv", "polynomial", "roofline")
-DECODE_KINDS = ("constant", "roofline")
+DECODE_KINDS = ("constant", "linear", "roofline")
 KV_INTERPOLATIONS = ("piecewise_linear", "linear_fit")
 MIB = 2.0**20
 
@@ -167,6 +167,25 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
         decode = ConstantDecode(step_s)
         t_decode = step_s
         prov["decode_step_s"] = prov["bs_max"] = f"constant: {decode_block.get('provenance', '')}"
+    elif kind == "linear":
+        w = f"{where}.decode"
+        decode = LinearDecode(number(decode_block, "base_s", w, minimum=0),
+                              number(decode_block, "per_seq_s", w, minimum=0),
+                              number(decode_block, "per_token_s", w, minimum=0))
+        ctx = hw.decode_reference_context_tokens
+        if decode_block.get("bs_max") is not None:
+            bs_max = integer(decode_block, "bs_max", w, minimum=1)
+            prov["bs_max"] = f"given: {decode_block.get('provenance', '')}"
+        else:
+            bs_max = roofline_bs_max(decode, ctx, 1.0 / slo, kv_per_token * ctx + state, kv_capacity)
+            prov["bs_max"] = (f"linear step: largest batch with step <= {1e3 / slo:g} ms ({slo:g} tok/s SLO) at "
+                              f"{ctx} context tokens per sequence and KV within capacity")
+            if bs_max < 1:
+                raise InputError(f"{w}: no batch meets the {slo:g} tok/s SLO at {ctx} context tokens; "
+                                 f"lower planner.slo_tokens_per_s or give bs_max")
+        t_decode = decode(bs_max, float(bs_max * ctx))
+        prov["decode_step_s"] = (f"linear: {decode.base_s:g} s + {decode.per_seq_s:g} s/seq + "
+                                 f"{decode.per_token_s:g} s/context token: {decode_block.get('provenance', '')}")
     else:
         eff = (number(decode_block, "hbm_efficiency", f"{where}.decode", minimum=0, exclusive=True)
                if decode_block.get("hbm_efficiency") is not None else hw.decode_hbm_efficiency)

@@ -5,6 +5,9 @@ over its sequences), which is what a decode step has to read. Two models:
 
 - constant: the paper's view (Eq. 5 treats BS_max and T_decode as SLO-governed constants); the
   step time does not depend on the batch, and bs_max is given.
+- linear: `base_s + per_seq_s * batch + per_token_s * context_tokens`, the form a measured engine
+  fits (its step grows with the batch and with the context it reads); bs_max is given (an engine's
+  slot count) or sized from the SLO at the hardware's reference context.
 - roofline: weights touched by the batch plus all KV and state read from HBM at an assumed
   efficiency, or the matmul FLOPs at the prefill MFU, whichever is slower, plus a fixed overhead.
   bs_max is the largest batch whose step at the hardware's reference context meets the SLO and
@@ -27,6 +30,18 @@ class ConstantDecode:
 
     def __call__(self, batch: int, context_tokens: float) -> float:
         return self.step
+
+
+class LinearDecode:
+    """A step that grows with the batch and the context it reads (fitted to a measured engine)."""
+
+    __slots__ = ("base_s", "per_seq_s", "per_token_s")
+
+    def __init__(self, base_s: float, per_seq_s: float, per_token_s: float) -> None:
+        self.base_s, self.per_seq_s, self.per_token_s = base_s, per_seq_s, per_token_s
+
+    def __call__(self, batch: int, context_tokens: float) -> float:
+        return self.base_s + self.per_seq_s * batch + self.per_token_s * context_tokens
 
 
 class RooflineDecode:

@@ -98,11 +98,15 @@ class PrefillCurveConfig:
 
 @dataclass
 class DecodeConfig:
-    """Decode step model: constant (step_s, bs_max as SLO-governed constants) or roofline."""
+    """Decode step model: constant (step_s, bs_max as SLO-governed constants), linear
+    (base_s + per_seq_s x batch + per_token_s x context tokens) or roofline."""
 
     kind: str = "roofline"
     step_s: float | None = None
     bs_max: int | None = None
+    base_s: float | None = None
+    per_seq_s: float | None = None
+    per_token_s: float | None = None
     hbm_efficiency: float | None = None
     overhead_s: float | None = None
     provenance: str = ""

@@ -172,7 +172,7 @@ def test_bad_csv_profiles_are_reported(tmp_path, compose_cfg, hardware, text, me
         (["model.profiles.h200.prefill.kind=spline"], "kind must be one of table, csv, polynomial, roofline"),
         (["model.profiles.h200.prefill.seconds=[0.44,0.72,0.5,7.4]"], "must not fall with length"),
         (["model.profiles.h20.prefill.coefficients=[1.0,-1e-4]"], "negative or not finite"),
-        (["model.profiles.h20.decode.kind=magic"], "decode.kind must be one of constant, roofline"),
+        (["model.profiles.h20.decode.kind=magic"], "decode.kind must be one of constant, linear, roofline"),
         (["model.measured_kv.interpolation=cubic"], "interpolation must be one of"),
         (["+model.profiles.h200.prefill.second=[1]"], r"unknown key 'second'; valid keys: kind, tokens, seconds"),
     ],
@@ -211,3 +211,25 @@ def test_linear_fit_option_for_measured_kv(compose_cfg, hardware):
     assert prof.kv_bytes(0) / MIB == pytest.approx(172.0, abs=0.5)
     assert prof.kv_bytes(100_000) - prof.kv_bytes(0) == pytest.approx(100_000 * 17_143, rel=0.002)
     assert "linear-fit" in prof.provenance["kv_bytes"]
+
+
+LINEAR_H20 = ["model.profiles.h20.decode.kind=linear", "+model.profiles.h20.decode.base_s=0.01",
+              "+model.profiles.h20.decode.per_seq_s=0.0005", "+model.profiles.h20.decode.per_token_s=1e-8"]
+
+
+def test_linear_decode_grows_with_batch_and_context(compose_cfg, hardware):
+    profile = build_profile(compose_cfg(LINEAR_H20 + ["model.profiles.h20.decode.bs_max=32"]).model, hardware["h20"])
+    assert profile.bs_max == 32
+    one, eight = profile.decode_step_s(1, 1000.0), profile.decode_step_s(8, 1000.0)
+    assert one == pytest.approx(0.01 + 0.0005 + 1e-5) and eight > one
+    assert profile.decode_step_s(8, 64_000.0) > eight
+
+
+def test_linear_decode_without_bs_max_is_sized_by_the_slo(compose_cfg, hardware):
+    """At 40 tok/s the step budget is 25 ms; at 32K context per sequence each sequence costs
+    0.5 ms + 0.33 ms, so (25 - 10) / 0.8277 -> 18 sequences; a slower SLO admits more."""
+    model = compose_cfg(LINEAR_H20 + ["model.profiles.h20.decode.bs_max=null"]).model
+    at40 = build_profile(model, hardware["h20"], slo_tokens_per_s=40.0)
+    at20 = build_profile(model, hardware["h20"], slo_tokens_per_s=20.0)
+    assert at40.bs_max == 18
+    assert at20.bs_max > at40.bs_max
