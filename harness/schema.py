@@ -66,8 +66,8 @@ class TargetConfig:
     # (harness-serve's X-Harness-Time-Scale header, /health, /v1/models), else 1 (real time).
     time_scale: float | None = None
     api_key: str | None = None  # sent as `Authorization: Bearer <api_key>`
-    headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers on every request
-    extra_body: dict[str, Any] = field(default_factory=dict)  # extra JSON fields merged into every body
+    headers: Any = None  # {Name: value}; extra HTTP headers on every request: {Name: value}
+    extra_body: Any = None  # {field: value}; extra JSON fields merged into every request body
 
 
 @dataclass
