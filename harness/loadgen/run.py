@@ -25,6 +25,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from harness.analysis.frames import requests_frame, write_parquet
+from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
 from harness.deploy.timeseries import build_timeseries, occupancy
 from harness.errors import InputError, require
 from harness.loadgen.client import OpenAIHttpTarget, discover_model
@@ -170,7 +171,8 @@ async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
     label = str(server.built.deployment.name) if server is not None else str(tcfg.name or f"url:{model}")
     out = _assemble(cfg, result, server, label, model, url, offered, concurrency)
     out.meta.update(time_scale_source=scale_source, max_concurrency=lg_get(cfg, "max_concurrency"),
-                    burstiness=burstiness(cfg))
+                    burstiness=burstiness(cfg),
+                    vllm=vllm_chunk_metrics(out.extras["chunks"], out.requests, percentiles_of(cfg.analysis)))
     mismatch = announced_mismatch(result.records, time_scale)
     if mismatch:
         print(f"warning: {mismatch}", file=sys.stderr, flush=True)
