@@ -123,4 +123,9 @@ def register_configs() -> None:
     cs.store(name="base_config", node=RootConfig)
     for part in _PARTS:
         importlib.import_module(part).register(cs)
+    from omegaconf import OmegaConf
+
+    from harness.loadgen.settings import run_label
+
+    OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
     _registered = True

@@ -3,6 +3,7 @@ version are read with a default, so older configs and hand-built DictConfigs kee
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -29,3 +30,18 @@ def burstiness(cfg: DictConfig) -> float:
     if target.endswith(".Gamma") and arrivals.get("cv"):
         return 1.0 / float(arrivals.cv) ** 2
     return float("nan")
+
+
+def run_label(deployment: str, mode: str | None = None, url: str | None = None, name: str | None = None) -> str:
+    """The run directory's label: the deployment's name, or for a url run (target.url set, mode not
+    live) the target's: target.name, else `url_<host>_<port>` (characters safe in a path)."""
+    if not url or mode == "live":
+        return str(deployment)
+    if name:
+        label = str(name)
+    else:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(str(url) if "://" in str(url) else f"http://{url}")
+        label = "url_" + "_".join(p for p in (parts.hostname, str(parts.port) if parts.port else "") if p)
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "url"
