@@ -122,3 +122,25 @@ def test_a_tokenizer_file_is_not_run_on_text_longer_than_the_bound():
 def test_tokens_per_word_must_be_positive(bad):
     with pytest.raises(ValueError, match="tokens_per_word"):
         TextTokenizer(bad)
+
+
+def _server_cfg(**server):
+    from omegaconf import OmegaConf
+
+    from harness.schema import ServerConfig
+
+    return OmegaConf.create({"server": {**OmegaConf.to_container(OmegaConf.structured(ServerConfig)), **server},
+                             "model": {"name": "m"}})
+
+
+def test_serve_options_carry_the_rule_and_refuse_bad_ones():
+    from harness.errors import InputError
+    from harness.live.server import serve_options
+
+    opts = serve_options(_server_cfg(tokens_per_word=1.5, time_scale=4.0))
+    assert opts.tokenizer.tokens_per_word == 1.5 and opts.time_scale == 4.0
+    assert len(serve_options(_server_cfg(tokenizer_file=str(FIXTURES / "bpe.json"))).tokenizer.ids(" tok")) == 2
+    with pytest.raises(InputError, match="server.tokens_per_word"):
+        serve_options(_server_cfg(tokens_per_word=0.0))
+    with pytest.raises(InputError, match="server.tokenizer_file"):
+        serve_options(_server_cfg(tokenizer_file="/nonexistent/tokenizer.json"))

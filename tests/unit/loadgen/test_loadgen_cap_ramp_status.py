@@ -169,3 +169,19 @@ def test_a_stop_marks_what_is_in_flight_interrupted_and_only_that():
     assert by_id[0].completed and by_id[1].completed and 4 not in by_id
     assert by_id[2].to_row(0, 1.0, "d", "url")["interrupted"] is True
     assert by_id[2].error.startswith("interrupted")
+
+
+def test_a_binding_cap_does_not_make_the_generator_look_late():
+    """Queueing for a slot is the experiment: health judges lateness and rate from when each request
+    was ready to go, so the capped run above is valid (sent on time, at the scheduled rate)."""
+    from harness.loadgen.health import loadgen_health
+
+    clock = EventClock()
+    target = FakeTarget(clock, service_ns=S)
+    result = _run_with(clock, lambda: run_load(trace([i * 0.1 for i in range(20)]), target, clock=clock,
+                                               lag_period_s=None, max_concurrency=2))
+    assert max(r.queued_ns for r in result.records) > 5 * S  # the cap did bind
+    health = loadgen_health(result.records, [], open_loop=True, time_scale=1.0, max_lateness_ms=1.0,
+                            min_rate_fraction=0.95, max_loop_lag_ms=20.0)
+    assert health["valid"], health["invalid_reason"]
+    assert health["lateness_max_ms"] == 0.0
