@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import io
+import math
 
 import pytest
 
@@ -111,10 +112,27 @@ def test_linear_ramp_from_zero_sends_the_first_requests_later_and_keeps_the_rate
     assert len(half_ramp) == 5  # the first T/2 = 2 s offer T/8 = 0.5 unramped seconds: 5 requests at 10/s
 
 
+def test_exponential_ramp_doubles_the_rate_each_second_from_an_eighth():
+    """f0 = 1/8 over T = 3 s: f(t) = 2^t / 8. The integral to t is (2^t - 1) / (8 ln 2), so the unramped
+    offset offered by the ramp's end is 7 / (8 ln 2); later requests keep the trace's own spacing."""
+    ln2 = math.log(2)
+    assert ramp_offset(7 / (8 * ln2), 3.0, 1 / 8, "exponential") == pytest.approx(3.0)
+    assert ramp_offset(1 / (8 * ln2), 3.0, 1 / 8, "exponential") == pytest.approx(1.0)  # 2^1 - 1 = 1
+    assert ramp_offset(7 / (8 * ln2) + 5.0, 3.0, 1 / 8, "exponential") == pytest.approx(8.0)
+    reqs = apply_ramp([Request(i, i / 10, 10, 3) for i in range(100)], 3.0, 1 / 8, "exponential")
+    per_second = [sum(1 for r in reqs if k <= r.arrival_s < k + 1) for k in range(5)]
+    # 10 req/s x (2^(k+1) - 2^k) / (8 ln 2) unramped seconds in second k: 1.80, 3.61, 7.21, then 10/s
+    assert per_second == [2, 4, 7, 10, 10]
+    gaps = [b.arrival_s - a.arrival_s for a, b in zip(reqs, reqs[1:])]
+    assert gaps[-1] == pytest.approx(0.1)
+
+
 def test_ramp_names_and_values_are_checked():
     from harness.errors import InputError
 
     with pytest.raises(InputError, match="ramp_up_strategy"):
+        apply_ramp(trace([0.0, 1.0]), 2.0, 0.0, "quadratic")
+    with pytest.raises(InputError, match="exponential needs"):
         apply_ramp(trace([0.0, 1.0]), 2.0, 0.0, "exponential")
     with pytest.raises(InputError, match="ramp_up_start_fraction"):
         apply_ramp(trace([0.0, 1.0]), 2.0, 1.5)
