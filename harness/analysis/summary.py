@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +227,9 @@ def write_run(run_dir: str | os.PathLike[str], requests_df: pd.DataFrame | Itera
     write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
     write_json({**summary, **vllm_names(summary, req, percentiles_of(analysis_cfg))}, run_dir / "summary.json")
     if bool(cfg_value(analysis_cfg, "figures")):
-        from harness.analysis.plots import write_run_figures  # matplotlib only when figures are wanted
+        from harness.analysis.plots import (
+            write_run_figures,  # matplotlib only when figures are wanted
+        )
 
         write_run_figures(run_dir, req, ts, summary)
     return summary

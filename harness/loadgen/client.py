@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import json.scanner
+import math
 from typing import Any
 
 import aiohttp
 
-from harness.loadgen.clock import Clock
 from harness.errors import require
+from harness.loadgen.clock import Clock
 from harness.loadgen.prompts import PROMPT_KEYS, PromptBuilder, request_body
 from harness.loadgen.records import ENGINE_TIMING_COLUMNS as ENGINE_TIMING_KEYS
 from harness.loadgen.records import RequestRecord
@@ -90,7 +91,7 @@ def _float_or_none(value: Any) -> float | None:
         out = float(value)
     except (TypeError, ValueError):
         return None
-    return out if out == out else None
+    return None if math.isnan(out) else out
 
 
 def _keep_id_and_timings(obj: dict[str, Any], record: RequestRecord) -> None:

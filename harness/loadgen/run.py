@@ -28,15 +28,14 @@ from harness.analysis.frames import requests_frame, write_parquet
 from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
 from harness.deploy.timeseries import build_timeseries, occupancy
 from harness.errors import InputError, require
-from harness.loadgen.client import OpenAIHttpTarget, discover_model
+from harness.loadgen.client import OpenAIHttpTarget, auth_headers, discover_model
 from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.engine import LoadResult, run_load
 from harness.loadgen.health import loadgen_health
 from harness.loadgen.prompts import PromptBuilder
 from harness.loadgen.ramp import apply_ramp
+from harness.loadgen.settings import burstiness, lg_get, plain_container
 from harness.loadgen.timescale import announced_mismatch, detect_time_scale
-from harness.loadgen.client import auth_headers
-from harness.loadgen.settings import burstiness, lg_get, plain as _plain
 from harness.sim import RunResult
 from harness.workload import build_workload
 
@@ -158,7 +157,7 @@ async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
             target = OpenAIHttpTarget(session, url, model=model, clock=clock, prompts=prompts, api=str(tcfg.api),
                                       stream=bool(tcfg.stream), ignore_eos=bool(tcfg.ignore_eos),
                                       timeout_s=float(tcfg.timeout_s), api_key=tcfg.get("api_key"),
-                                      headers=dict(tcfg.get("headers") or {}), extra_body=_plain(tcfg.get("extra_body")))
+                                      headers=dict(tcfg.get("headers") or {}), extra_body=plain_container(tcfg.get("extra_body")))
             with _stop_on_signals() as stop:
                 result = await run_load(requests, target, clock=clock, time_scale=time_scale,
                                         concurrency=concurrency, max_duration_s=lg.max_duration_s,

@@ -15,7 +15,7 @@ def lg_get(cfg: DictConfig, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def plain(node: Any) -> Any:
+def plain_container(node: Any) -> Any:
     """A DictConfig/ListConfig as plain Python containers (None stays None)."""
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 

@@ -9,7 +9,6 @@ announces its scale (`X-Harness-Time-Scale` on every response, `time_scale` in `
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
 
@@ -31,7 +30,7 @@ def _scale(value) -> float | None:
 
 def _root(url: str) -> str:
     url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
+    return url.removesuffix("/v1")
 
 
 async def detect_time_scale(session: aiohttp.ClientSession, url: str, override: float | None = None,
@@ -51,7 +50,7 @@ async def detect_time_scale(session: aiohttp.ClientSession, url: str, override: 
                         data = body.get("data")
                         item = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else body
                         found = _scale(item.get("time_scale"))
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, ValueError):
             continue
         if found is not None:
             return found, path

@@ -12,7 +12,12 @@ import pandas as pd
 import pytest
 
 from harness.analysis.frames import requests_frame
-from harness.analysis.summary import summarize, vllm_chunk_metrics, vllm_names, write_run
+from harness.analysis.summary import (
+    summarize,
+    vllm_chunk_metrics,
+    vllm_names,
+    write_run,
+)
 
 KEYS_FILE = Path(__file__).resolve().parents[2] / "data" / "vllm_bench_serve_keys.txt"
 

@@ -95,9 +95,10 @@ def test_a_late_wake_sends_every_token_that_exists_in_one_chunk(serve_engine, st
 
     async def body():
         engine = step_engine(late=[0, 2])
-        async with serve_engine(engine, options) as url, aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 10, "stream": True}) as r:
-                return await sse_events(r), engine.asked
+        body = {"prompt": "a", "max_tokens": 10, "stream": True}
+        async with serve_engine(engine, options) as url, aiohttp.ClientSession() as s, \
+                s.post(url + "/v1/completions", json=body) as r:
+            return await sse_events(r), engine.asked
 
     events, asked = run(body())
     assert [len(c["choices"][0]["text"].split()) for c in events[:-1]] == [1, 6, 3]

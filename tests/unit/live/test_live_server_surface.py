@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 
@@ -75,7 +76,7 @@ def test_metrics_carry_vllm_names_parse_and_counters_never_decrease(serve_fake):
     assert any(k.startswith("harness_requests_received_total") for k in last)  # the harness's own, beside
     counters = [k for k in last if k.split("{")[0].endswith(("_total", "_count", "_bucket", "_sum"))]
     assert len(counters) > 20
-    for before, after in zip(scrapes, scrapes[1:]):
+    for before, after in itertools.pairwise(scrapes):
         for key in counters:
             assert after[key] >= before.get(key, 0.0), key
     assert scrapes[1]["vllm:prompt_tokens_total" + label] < last["vllm:prompt_tokens_total" + label]
@@ -88,7 +89,7 @@ def test_a_client_hanging_up_mid_body_is_a_disconnect_not_a_500(serve_fake, capl
         async with serve_fake() as (url, engine):
             host, port = url.removeprefix("http://").split(":")
             for _ in range(3):
-                reader, writer = await asyncio.open_connection(host, int(port))
+                _, writer = await asyncio.open_connection(host, int(port))
                 writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                              b"Content-Length: 100000\r\n\r\n" + b'{"prompt": "' + b"a " * 500)
                 await writer.drain()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import io
+import itertools
 import math
 
 import pytest
@@ -17,7 +18,7 @@ from harness.loadgen.records import RequestRecord
 from harness.loadgen.status import report_status, status_line
 from harness.workload.request import Request
 
-from .test_loadgen_engine import S, FakeTarget, trace
+from .test_loadgen_engine import FakeTarget, S, trace
 
 
 class EventClock:
@@ -104,7 +105,7 @@ def test_linear_ramp_from_zero_sends_the_first_requests_later_and_keeps_the_rate
     assert ramp_offset(10.0, T, 0.0) == pytest.approx(12.0)
     assert ramp_offset(3.0, T, 1.0) == pytest.approx(3.0)  # starting at the full rate: no ramp
     reqs = apply_ramp([Request(i, 5.0 + i / 10, 10, 3) for i in range(100)], T, 0.0)
-    gaps = [b.arrival_s - a.arrival_s for a, b in zip(reqs, reqs[1:])]
+    gaps = [b.arrival_s - a.arrival_s for a, b in itertools.pairwise(reqs)]
     assert reqs[0].arrival_s == 5.0  # offsets count from the first arrival
     assert gaps[0] > gaps[5] > gaps[15]  # the rate grows during the ramp...
     assert gaps[-1] == pytest.approx(0.1)  # ...and is the trace's own after it
@@ -123,7 +124,7 @@ def test_exponential_ramp_doubles_the_rate_each_second_from_an_eighth():
     per_second = [sum(1 for r in reqs if k <= r.arrival_s < k + 1) for k in range(5)]
     # 10 req/s x (2^(k+1) - 2^k) / (8 ln 2) unramped seconds in second k: 1.80, 3.61, 7.21, then 10/s
     assert per_second == [2, 4, 7, 10, 10]
-    gaps = [b.arrival_s - a.arrival_s for a, b in zip(reqs, reqs[1:])]
+    gaps = [b.arrival_s - a.arrival_s for a, b in itertools.pairwise(reqs)]
     assert gaps[-1] == pytest.approx(0.1)
 
 
