@@ -34,7 +34,7 @@ def _root(url: str) -> str:
 
 
 async def detect_time_scale(session: aiohttp.ClientSession, url: str, override: float | None = None,
-                            headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> tuple[float, str]:
+                            headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> tuple[float, str]:
     """(time scale, where it came from: `target.time_scale`, `/health`, `/v1/models` or `default`)."""
     if override is not None:
         require(_scale(override) is not None, f"target.time_scale must be a finite number > 0 (or null), got {override}")
@@ -50,7 +50,9 @@ async def detect_time_scale(session: aiohttp.ClientSession, url: str, override: 
                         data = body.get("data")
                         item = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else body
                         found = _scale(item.get("time_scale"))
-        except (TimeoutError, aiohttp.ClientError, ValueError):
+        except TimeoutError:  # a target that does not answer: do not wait twice
+            break
+        except (aiohttp.ClientError, ValueError):
             continue
         if found is not None:
             return found, path
