@@ -34,3 +34,16 @@ def _run_dir(*overrides):
 def test_the_hydra_run_dir_uses_it():
     assert _run_dir("mode=url", "target.url=http://127.0.0.1:8123").endswith("_url_127.0.0.1_8123")
     assert _run_dir("deployment=homogeneous_pd").endswith("_homogeneous_pd")
+
+
+def test_the_target_and_loadgen_overrides_compose_as_written():
+    """design.md's override names: target.headers={...}, target.extra_body={...}, target.api_key, ..."""
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose("config", overrides=["target.headers={X-Tenant: blue}", "target.extra_body={temperature: 0}",
+                                           "target.api_key=sk-1", "target.time_scale=10", "loadgen.max_concurrency=4",
+                                           "loadgen.ramp_up_s=30", "analysis.percentiles=[50,95,99.9]",
+                                           "server.tokens_per_word=1.3"])
+    assert dict(cfg.target.headers) == {"X-Tenant": "blue"} and dict(cfg.target.extra_body) == {"temperature": 0}
+    assert (cfg.target.api_key, cfg.target.time_scale, cfg.loadgen.max_concurrency) == ("sk-1", 10.0, 4)
+    assert list(cfg.analysis.percentiles) == [50, 95, 99.9] and cfg.server.tokens_per_word == 1.3
