@@ -34,7 +34,7 @@ def test_load_against_a_scaled_server_reports_the_servers_ttft(tmp_path):
         line = server.stdout.readline()
         match = re.fullmatch(r"listening on (http://127\.0\.0\.1:\d+)\n", line)
         assert match, line + (server.stderr.read() if server.poll() is not None else "")
-        load = _python("-m", "harness.load", f"target.url={match.group(1)}", *WORKLOAD,
+        load = _python("-m", "harness.load", f"target.url={match.group(1)}", *WORKLOAD, "loadgen.status_every_s=1",
                        f"hydra.run.dir={load_dir}", timeout=300)
         assert load.returncode == 0, load.stderr[-2000:]
     finally:
@@ -51,3 +51,7 @@ def test_load_against_a_scaled_server_reports_the_servers_ttft(tmp_path):
         assert abs(a - b) <= 0.05 * b, (q, a, b)
     # the wall-clock view is kept too: ten times smaller
     assert np.allclose(client["ttft_wall_s"] * 10, client["ttft_s"])
+    # each client row joins the server's record through the response id
+    assert sorted(client["response_id"]) == sorted(f"cmpl-{i}" for i in served["request_id"])
+    # no terminal here: the one-line status went to stderr (5 s of wall clock, one line a second)
+    assert "load: t=" in load.stderr and "sent=" in load.stderr
