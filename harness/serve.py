@@ -38,7 +38,7 @@ async def serve(cfg: DictConfig) -> None:
 def _write_served(cfg: DictConfig, server, run_dir) -> None:
     from harness.analysis.frames import requests_frame
     from harness.analysis.summary import write_run
-    from harness.deploy.timeseries import build_timeseries
+    from harness.analysis.timeseries import build_timeseries
 
     built, clock = server.built, server.clock
     frame = requests_frame(built.deployment.records).sort_values("request_id", ignore_index=True)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from harness.analysis.frames import requests_frame
 from harness.clock import VirtualClock
 from harness.deploy.build import build
-from harness.deploy.timeseries import build_timeseries
+from harness.analysis.timeseries import build_timeseries
 from harness.errors import require
 from harness.recording import RecordStream, stop_on_signals
 from harness.workload import build_workload

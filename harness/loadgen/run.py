@@ -25,7 +25,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from harness.analysis.frames import requests_frame, write_parquet
-from harness.deploy.timeseries import build_timeseries, occupancy
+from harness.analysis.timeseries import build_timeseries, occupancy
 from harness.errors import InputError, require
 from harness.loadgen.client import OpenAIHttpTarget, discover_model
 from harness.loadgen.clock import MonotonicClock
