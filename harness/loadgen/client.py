@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from harness.loadgen.clock import Clock
+from harness.loadgen.clock import Pacer
 from harness.loadgen.prompts import PromptBuilder, request_body
 from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
@@ -72,7 +72,7 @@ def _choice_text(choice: dict[str, Any]) -> str | None:
 class OpenAIHttpTarget:
     """Sends `Request`s to `url` (`api`: completions with token-id prompts, or chat with text)."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, *, model: str, clock: Clock,
+    def __init__(self, session: aiohttp.ClientSession, url: str, *, model: str, clock: Pacer,
                  prompts: PromptBuilder, api: str = "completions", stream: bool = True, ignore_eos: bool = True,
                  timeout_s: float = 600.0) -> None:
         if api not in API_PATHS:
