@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -20,11 +22,14 @@ from harness.analysis.timeseries import build_timeseries
 from harness.runs.recording import OutputError, RecordStream, streams_from, writing_to
 
 
-async def serve(cfg: DictConfig, run_dir: Path) -> None:
+async def serve(cfg: DictConfig, run_dir: Path, *, stop: asyncio.Event | None = None,
+                on_listening: Callable[[Any], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or `stop` is set); `on_listening(server)` once it accepts connections
+    (default: print `listening on URL`)."""
     from harness.live.server import start_server
 
     server = await start_server(cfg)
-    stop = asyncio.Event()
+    stop = asyncio.Event() if stop is None else stop
     loop = asyncio.get_running_loop()
     streams = streams_from(cfg, run_dir, "requests", on_error=lambda err: loop.call_soon_threadsafe(stop.set))
     stream = streams["requests"]
@@ -37,12 +42,22 @@ async def serve(cfg: DictConfig, run_dir: Path) -> None:
             stop.set()
 
     server.engine.record_sink = sink
-    print(f"listening on {server.url}", flush=True)
+    installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
+            pass
+    if on_listening is not None:
+        on_listening(server)
+    else:
+        print(f"listening on {server.url}", flush=True)
     try:
         await stop.wait()
     finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
         try:
             await server.stop()
         finally:
