@@ -74,7 +74,7 @@ async def drive(requests: list[Request], url: str, tcfg: Any, lg: Any, *, mode: 
         elif model is None:
             try:
                 model = await discover_model(session, url)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as err:
+            except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as err:
                 raise InputError(f"target.url={url}: cannot list models ({type(err).__name__}: {err}); "
                                  f"is the server up? set target.model to skip the lookup") from err
         label = label or str(tcfg.name or f"url:{model}")

@@ -93,7 +93,8 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResul
     offer = make_offer(cfg)
     server = None
     if live:
-        from harness.live.server import start_server  # deploy/costmodel only when emulating
+        # deploy/costmodel only when emulating
+        from harness.live.server import start_server
 
         server = await start_server(cfg, port=0)
         print(f"listening on {server.url}", file=sys.stderr, flush=True)
@@ -193,11 +194,11 @@ def _join_server_records(rows: list[dict], server_records: list[dict], client_id
         if cid is not None:
             by_client[cid] = rec
     for row in rows:
-        rec = by_client.get(str(row["request_id"]))
-        if rec is None:  # refused before it reached the deployment (e.g. a 400)
+        served = by_client.get(str(row["request_id"]))
+        if served is None:  # refused before it reached the deployment (e.g. a 400)
             row.setdefault("route", "")
             continue
-        for key, value in rec.items():
+        for key, value in served.items():
             if key.endswith("_s") and key not in _SERVER_DURATIONS and isinstance(value, float):
                 value -= shift_s  # a time on the emulator's clock
             if key in _SERVER_DURATIONS or key in _SERVER_OWN_VIEW:

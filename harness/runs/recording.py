@@ -43,7 +43,7 @@ class RecordStream:
     """
 
     def __init__(self, path: Path | None, frame: Callable[[Any], pd.DataFrame] = requests_frame, *,
-                 every: int = 5000, every_s: float = 1.0, on_error: Callable[[OutputError], None] | None = None) -> None:
+                 every: int = 5000, every_s: float = 1.0, on_error: Callable[[OutputError], object] | None = None) -> None:
         if every < 1 or not every_s > 0:
             raise InputError(f"recording.flush_every must be >= 1 and recording.flush_s > 0, got {every}, {every_s}")
         self.path = path
@@ -91,7 +91,8 @@ class RecordStream:
 
     def flush(self) -> None:
         """Write what is buffered as one more part (on the calling thread)."""
-        if self.path is None:
+        parts_dir = self.parts_dir
+        if parts_dir is None:
             return
         with self._lock:
             if self.error is not None:
@@ -100,7 +101,7 @@ class RecordStream:
                 batch, self._buffer = self._buffer, []
             if not batch:
                 return
-            part = self.parts_dir / f"part-{self._index:06d}.parquet"
+            part = parts_dir / f"part-{self._index:06d}.parquet"
             try:
                 write_parquet(self.frame(batch), part)
             except OSError as err:
@@ -147,7 +148,7 @@ def writing_to(path: Path | str) -> Iterator[None]:
 
 
 def streams_from(cfg: Any, run_dir: Path | None, *names: str, frames: dict[str, Callable[[Any], pd.DataFrame]] | None = None,
-                 on_error: Callable[[OutputError], None] | None = None) -> dict[str, RecordStream]:
+                 on_error: Callable[[OutputError], object] | None = None) -> dict[str, RecordStream]:
     """One stream per file name (`requests`, `chunks`, ...) in run_dir, flushed as `recording.*` says."""
     rec = cfg.get("recording") if hasattr(cfg, "get") else None
     every = int(rec.flush_every) if rec is not None else 5000
@@ -161,7 +162,7 @@ def streams_from(cfg: Any, run_dir: Path | None, *names: str, frames: dict[str, 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Turn SIGTERM into KeyboardInterrupt (as SIGINT already is) for the duration of a run."""
-    def interrupt(signum, frame):  # noqa: ARG001
+    def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:

@@ -14,12 +14,12 @@ BASE = ["workload=fixed", "workload.num_requests=11", "workload.input_tokens=100
 
 
 def test_rate_is_the_offered_rate_in_open_loop(compose_cfg):
-    offer = make_offer(compose_cfg(tuple([*BASE, "loadgen.rate_rps=4"])))
+    offer = make_offer(compose_cfg((*BASE, "loadgen.rate_rps=4")))
     assert offer.concurrency is None and offer.offered_rps == 4.0 and len(offer.requests) == 11
 
 
 def test_inf_rate_saturates_with_a_closed_loop(compose_cfg):
-    offer = make_offer(compose_cfg(tuple([*BASE, "loadgen.rate_rps=inf", "loadgen.saturation_in_flight=7"])))
+    offer = make_offer(compose_cfg((*BASE, "loadgen.rate_rps=inf", "loadgen.saturation_in_flight=7")))
     assert offer.concurrency == 7 and math.isinf(offer.offered_rps)
 
 
@@ -35,4 +35,4 @@ def test_native_timing_offers_the_arrival_span_rate():
                                           ("loadgen.warmup_s=-1", "loadgen.warmup_s")])
 def test_bad_values_name_their_key(compose_cfg, override, key):
     with pytest.raises(InputError, match=key):
-        make_offer(compose_cfg(tuple([*BASE, override])))
+        make_offer(compose_cfg((*BASE, override)))
