@@ -48,10 +48,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         from harness.runs.http import run_live, run_url
 
         result = run_live(cfg, out) if cfg.mode == "live" else run_url(cfg, out)
-    with writing_to(out):
-        summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
+    with writing_to(out):  # summary.parquet last but for summary.json: it marks the run complete
         for name, frame in result.extras.items():  # chunks.parquet, warmup.parquet
             write_parquet(frame, out / f"{name}.parquet")
+        summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
     for stream in result.streams.values():  # every final file is in place: the parts are redundant
         stream.discard_parts()
     if result.meta.get("interrupted"):
