@@ -91,6 +91,14 @@ class ServerConfig:
 
 
 @dataclass
+class RecordingConfig:
+    """Records stream to Parquet parts as requests end; a kill loses at most one flush interval."""
+
+    flush_s: float = 1.0  # write buffered records at least this often (wall seconds)
+    flush_every: int = 5000  # ... and whenever this many are buffered
+
+
+@dataclass
 class RootConfig:
     mode: str = "sim"  # sim | live | url
     seed: int | None = 0
@@ -98,6 +106,7 @@ class RootConfig:
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    recording: RecordingConfig = field(default_factory=RecordingConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     rebalancer: RebalancerConfig = field(default_factory=RebalancerConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)

@@ -207,8 +207,11 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Atomic JSON write; NaN/inf become null (strict JSON readers reject NaN)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({k: _json_safe(v) for k, v in obj.items()}, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({k: _json_safe(v) for k, v in obj.items()}, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temp file behind
     return path
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from harness.errors import require
-from harness.loadgen.clock import Clock
+from harness.loadgen.clock import Pacer
 from harness.loadgen.prompts import PROMPT_KEYS, PromptBuilder, request_body
 from harness.loadgen.records import ENGINE_TIMING_COLUMNS as ENGINE_TIMING_KEYS
 from harness.loadgen.records import RequestRecord
@@ -108,7 +108,7 @@ def _keep_id_and_timings(obj: dict[str, Any], record: RequestRecord) -> None:
 class OpenAIHttpTarget:
     """Sends `Request`s to `url` (`api`: completions with token-id prompts, or chat with text)."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, *, model: str, clock: Clock,
+    def __init__(self, session: aiohttp.ClientSession, url: str, *, model: str, clock: Pacer,
                  prompts: PromptBuilder, api: str = "completions", stream: bool = True, ignore_eos: bool = True,
                  timeout_s: float = 600.0, api_key: str | None = None, headers: dict[str, str] | None = None,
                  extra_body: dict[str, Any] | None = None) -> None:

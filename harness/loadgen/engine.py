@@ -19,14 +19,14 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tqdm import tqdm
 
 from harness.errors import require
-from harness.loadgen.clock import Clock, MonotonicClock
+from harness.loadgen.clock import MonotonicClock, Pacer
 from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
 
@@ -50,17 +50,19 @@ class LoadResult:
     end_ns: int = 0
 
 
-async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock | None = None,
+async def run_load(requests: Sequence[Request], target: Target, *, clock: Pacer | None = None,
                    time_scale: float = 1.0, concurrency: int | None = None, max_duration_s: float | None = None,
                    warmup_s: float = 0.0, progress: bool = False, start_ns: int | None = None,
                    lag_period_s: float | None = 0.01, stop: asyncio.Event | None = None,
-                   max_concurrency: int | None = None, status_every_s: float | None = None) -> LoadResult:
+                   max_concurrency: int | None = None, status_every_s: float | None = None,
+                   on_done: Callable[[RequestRecord], None] | None = None) -> LoadResult:
     """Offer `requests` to `target`; times in the requests (arrival_s, max_duration_s, warmup_s) are
     run-clock seconds, run `time_scale` times faster than the wall clock. Setting `stop` ends the
     run early: nothing more is sent, requests in flight are cancelled (and recorded as interrupted).
     `max_concurrency` caps the requests in flight of an open loop (vLLM's --max-concurrency): a
     request due while the cap is reached waits in the client, its wait kept as `queued_ns`.
-    `status_every_s` prints a one-line status that often (wall seconds) when no progress bar shows."""
+    `status_every_s` prints a one-line status that often (wall seconds) when no progress bar shows.
+    `on_done(record)` is called as each request ends (to stream it to disk); it must not raise."""
     require(time_scale > 0 and math.isfinite(time_scale), f"time_scale must be finite and > 0, got {time_scale}")
     require(concurrency is None or concurrency >= 1, f"loadgen.concurrency must be >= 1, got {concurrency}")
     require(max_concurrency is None or max_concurrency >= 1,
@@ -105,6 +107,8 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
                 slots.release()
             record.done_ns = clock.now_ns()
             bar.update(1)
+            if on_done is not None:
+                on_done(record)
 
     # 2. Watch our own loop. Objects made before the run (configs, modules, the trace) are moved out
     # of the garbage collector's reach, so its passes over them do not stall the sends.
@@ -163,7 +167,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
                       end_ns=clock.now_ns())
 
 
-async def _closed_loop_worker(feed: Iterator[Request], target: Target, clock: Clock, stop_at: float,
+async def _closed_loop_worker(feed: Iterator[Request], target: Target, clock: Pacer, stop_at: float,
                               new_record, send) -> None:
     """One slot of a closed loop: its next request is due the moment the previous one ended."""
     for request in feed:
@@ -174,7 +178,7 @@ async def _closed_loop_worker(feed: Iterator[Request], target: Target, clock: Cl
         await send(body, new_record(request, due))
 
 
-async def _watch_loop(clock: Clock, t0: int, period_s: float, lags: list[int]) -> None:
+async def _watch_loop(clock: Pacer, t0: int, period_s: float, lags: list[int]) -> None:
     """Sleep to absolute ticks every `period_s`; how late each wake-up is, is the loop's lag."""
     period = round(period_s * 1e9)
     tick = max(t0, clock.now_ns()) + period

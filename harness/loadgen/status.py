@@ -12,7 +12,7 @@ from typing import TextIO
 
 import numpy as np
 
-from harness.loadgen.clock import Clock
+from harness.loadgen.clock import Pacer
 from harness.loadgen.records import RequestRecord
 
 
@@ -29,7 +29,7 @@ def status_line(records: Sequence[RequestRecord], total: int, elapsed_ns: int, t
             f"rate={rate:.4g} req/s lateness_p99={p99}")
 
 
-async def report_status(records: Sequence[RequestRecord], total: int, clock: Clock, t0_ns: int, every_s: float,
+async def report_status(records: Sequence[RequestRecord], total: int, clock: Pacer, t0_ns: int, every_s: float,
                         time_scale: float, out: TextIO | None = None) -> None:
     """Print `status_line` every `every_s` wall seconds (absolute ticks) until cancelled."""
     period = round(every_s * 1e9)

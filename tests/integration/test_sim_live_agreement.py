@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness.analysis import metrics as m
-from harness.loadgen.run import run_live
+from harness.runs.http import run_live
 from harness.sim import run_sim
 
 TIME_SCALE = 20.0

@@ -1,5 +1,6 @@
 """`harness-load target.url=...` against `harness-serve server.time_scale=10`: the load generator
-detects the scale and reports TTFTs on the emulated clock, equal to the server's own records (5%).
+detects the scale and reports TTFTs on the emulated clock, equal to the server's own records (5%,
+plus whatever delay the two processes measured in their own loops, which the scale multiplies).
 
 Without detection the client would report wall seconds, ten times too small. 32K-token prompts on
 the homogeneous deployment make the TTFT ~5 s of emulated prefill, large beside the HTTP and loop
@@ -46,9 +47,13 @@ def test_load_against_a_scaled_server_reports_the_servers_ttft(tmp_path):
     served = pd.read_parquet(serve_dir / "requests.parquet")
     assert client["error"].isna().all() and len(client) == 10
     ours, theirs = client["ttft_s"].to_numpy(), served["ttft_s"].dropna().to_numpy()
+    # A busy host delays both loops: the client's measured loop lag and the server's timer lag (wall
+    # ms, each run's own maximum) times the scale is delay the host added, not a scale error.
+    served_summary = json.loads((serve_dir / "summary.json").read_text())
+    host_delay_s = 10 * (summary["loadgen_loop_lag_max_ms"] + served_summary["server_lag_max_ms"]) / 1e3
     for q in (50, 90):
         a, b = np.percentile(ours, q), np.percentile(theirs, q)
-        assert abs(a - b) <= 0.05 * b, (q, a, b)
+        assert abs(a - b) <= 0.05 * b + host_delay_s, (q, a, b, host_delay_s)
     # the wall-clock view is kept too: ten times smaller
     assert np.allclose(client["ttft_wall_s"] * 10, client["ttft_s"])
     # each client row joins the server's record through the response id
