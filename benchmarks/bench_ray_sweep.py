@@ -45,7 +45,7 @@ def sweep(address: str, env: dict[str, str], out: Path, cpus_per_job: int, runs:
             f"hydra.launcher.ray.init.address={address}", f"hydra.launcher.ray.remote.num_cpus={cpus_per_job}",
             f"hydra.sweep.dir={out}"]
     start = time.perf_counter()
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(args, cwd=ROOT, env=env, check=False, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"sweep failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")

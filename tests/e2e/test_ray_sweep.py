@@ -26,14 +26,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hydra.experimental.callback import Callback
+
+from harness.analysis.callback import ReportCallback
+from harness.plan import PlanCallback
 
 if importlib.util.find_spec("ray") is None or importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
     pytest.skip("the ray extra is not installed (pip install -e '.[test,ray]')", allow_module_level=True)
-
-from hydra.experimental.callback import Callback  # noqa: E402
-
-from harness.analysis.callback import ReportCallback  # noqa: E402
-from harness.plan import PlanCallback  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -96,7 +95,7 @@ def local_ray_head(num_cpus: int = 2, start_timeout_s: float = 120.0) -> Iterato
 
 
 def _harness(args: list[str], env: dict[str, str], timeout_s: float = 300.0) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "-m", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "harness", "-m", *args], cwd=ROOT, env=env, check=False,
                           capture_output=True, text=True, timeout=timeout_s)
 
 
@@ -205,8 +204,8 @@ def test_a_ray_sweep_killed_midway_leaves_its_finished_runs_reportable(ray_head,
     done = sorted(p.parent.name for p in out.glob("*/summary.parquet"))
     assert 1 <= len(done) < n_runs  # killed midway: some runs finished, some never did
     assert not (out / "report.parquet").exists()  # the report callback never ran
-    proc = subprocess.run([sys.executable, "-m", "harness.report", str(out), "--no-figures"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "harness.report", str(out), "--no-figures"], cwd=ROOT,
+                          check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = pd.read_parquet(out / "report.parquet")
     assert sorted(report["run_name"]) == done
