@@ -52,14 +52,14 @@ def get_json(url: str, timeout_s: float = 5.0) -> dict:
 
 
 def start_server(binary: Path, model: Path, log: Path, *, slots: int = 4, threads: int = 2,
-                 context: int = 16384, ready_timeout_s: float = 120.0, extra: list[str] | None = None
-                 ) -> EngineServer:
+                 context: int = 16384, port: int = 0, ready_timeout_s: float = 120.0,
+                 extra: list[str] | None = None) -> EngineServer:
     """Start llama-server on 127.0.0.1 and a free port; return once /health answers 200.
 
     `context` is the server's whole KV budget in tokens, shared by its `slots` (each slot holds
-    up to context / slots tokens).
+    up to context / slots tokens). `port` 0: a free one.
     """
-    port = free_port()
+    port = port or free_port()
     args = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port), "-np", str(slots),
             "-t", str(threads), "-tb", str(threads), "-c", str(context), "--metrics", "--slots", "--no-webui",
             *(extra or [])]
