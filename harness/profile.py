@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import math
 import os
 import platform
 import time
@@ -38,8 +39,12 @@ from omegaconf import DictConfig, OmegaConf
 from harness.errors import InputError, require
 from harness.hydra_entry import CONF_DIR, hydra_entry
 from harness.profiling import fit as fitting
-from harness.profiling.probes import Completions, ProbeResult, decode_window, fresh_prompt
+from harness.profiling.probes import (Completions, ProbeResult, ProcessCpu, decode_window, fresh_prompt,
+                                      server_step)
 from harness.profiling.writer import architecture_from_gguf, check_architecture, model_config, write_model_config
+
+
+CLOCKS = ("server", "client", "cpu")
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[dict[str, Any] | list | None, dict]:
@@ -94,14 +99,31 @@ class Experiment:
         self.complete, self.p, self.rng = complete, cfg.profile, rng
         self.id_min, self.id_max = int(cfg.target.token_id_min), int(cfg.target.token_id_max)
         self.rows: list[dict[str, Any]] = []
+        self.clock = str(self.p.clock)
+        require(self.clock in CLOCKS, f"profile.clock={self.clock!r}; valid: {', '.join(CLOCKS)}")
+        self.cpu = None
+        if self.clock == "cpu":
+            require(self.p.engine_pid is not None, "profile.clock=cpu needs profile.engine_pid (the local engine's pid)")
+            self.cpu = ProcessCpu(int(self.p.engine_pid))
 
     def prompt(self, n: int) -> list[int]:
         return fresh_prompt(self.rng, n, self.id_min, self.id_max)
 
-    def prefill_time(self, res: ProbeResult) -> float | None:
-        if self.p.prefill.source == "server" and res.prompt_s is not None:
+    def cpu_now(self) -> float:
+        return self.cpu() if self.cpu is not None else math.nan
+
+    def prefill_time(self, res: ProbeResult, cpu_s: float) -> float | None:
+        if self.clock == "cpu":
+            return cpu_s if res.error is None else None
+        if self.clock == "server" and res.prompt_s is not None:
             return res.prompt_s
         return res.ttft_s
+
+    async def one(self, prompt: list[int], max_tokens: int, cache_prompt: bool) -> tuple[ProbeResult, float]:
+        """One request alone, and the engine CPU seconds it took (nan unless clock=cpu)."""
+        c0 = self.cpu_now()
+        res = await self.complete(prompt, max_tokens, cache_prompt=cache_prompt)
+        return res, self.cpu_now() - c0
 
     async def concurrent(self, n: int, prompt_tokens: int, max_tokens: int) -> list[ProbeResult]:
         return list(await asyncio.gather(*(self.complete(self.prompt(prompt_tokens), max_tokens, cache_prompt=False)
@@ -114,23 +136,20 @@ class Experiment:
             raise InputError(f"target.url: the warm-up request failed: {res.error}")
 
     async def probe_slots(self) -> int | None:
-        """The concurrency at which one request's TTFT jumps by about half a request's decode time."""
+        """The smallest concurrency at which a request waits for a slot, minus one.
+
+        C requests sent together: while C <= slots every one gets its first token before any of them
+        finishes; one beyond the slots waits in the queue until a request completes.
+        """
         sp = self.p.slot_probe
-        step1 = None
         for c in range(1, int(sp.max_concurrency) + 1):
             results = await self.concurrent(c, int(sp.prompt_tokens), int(sp.output_tokens))
             for i, res in enumerate(results):
                 self.rows.append(_row("slots", "probe", res, concurrency=c, stream=i,
                                       input_tokens=int(sp.prompt_tokens), max_tokens=int(sp.output_tokens)))
-            ttfts = [r.ttft_s for r in results if r.ttft_s is not None]
-            if len(ttfts) < c:
+            if any(r.first_s is None or r.end_s is None for r in results):
                 return None
-            if c == 1:
-                chunks = results[0].chunk_s
-                require(len(chunks) > 2, "profile.slot_probe.output_tokens must be > 2 (the step is timed from it)")
-                step1 = (chunks[-1] - chunks[0]) / (len(chunks) - 1)
-                continue
-            if max(ttfts) - min(ttfts) > 0.5 * (int(sp.output_tokens) - 1) * step1:
+            if max(r.first_s for r in results) > min(r.end_s for r in results):
                 return c - 1
         return None
 
@@ -140,9 +159,9 @@ class Experiment:
         plan += [(int(l), "holdout") for l in pre.holdout_lengths for _ in range(int(pre.holdout_repeats))]
         for i in self.rng.permutation(len(plan)):
             n, role = plan[i]
-            res = await self.complete(self.prompt(n), 1, cache_prompt=False)
-            self.rows.append(_row("prefill", role, res, input_tokens=n, max_tokens=1,
-                                  prefill_s=self.prefill_time(res)))
+            res, cpu_s = await self.one(self.prompt(n), 1, cache_prompt=False)
+            self.rows.append(_row("prefill", role, res, input_tokens=n, max_tokens=1, cpu_s=cpu_s,
+                                  prefill_s=self.prefill_time(res, cpu_s)))
 
     async def cached(self) -> None:
         cp = self.p.cached
@@ -152,10 +171,10 @@ class Experiment:
                     first = self.prompt(int(prefix))
                     res = await self.complete(first, 1, cache_prompt=True)
                     self.rows.append(_row("cached", "seed", res, input_tokens=int(prefix), max_tokens=1))
-                    res = await self.complete(first + self.prompt(int(new)), 1, cache_prompt=True)
+                    res, cpu_s = await self.one(first + self.prompt(int(new)), 1, cache_prompt=True)
                     self.rows.append(_row("cached", "check", res, input_tokens=int(prefix) + int(new),
-                                          cached_prefix_tokens=int(prefix), max_tokens=1,
-                                          prefill_s=self.prefill_time(res)))
+                                          cached_prefix_tokens=int(prefix), max_tokens=1, cpu_s=cpu_s,
+                                          prefill_s=self.prefill_time(res, cpu_s)))
 
     async def decode(self, slots: int) -> None:
         dd = self.p.decode
@@ -169,21 +188,48 @@ class Experiment:
                 for p in dd.prompt_tokens for _ in range(int(dd.repeats))]
         for k, i in enumerate(self.rng.permutation(len(plan))):
             b, p, role = plan[i]
+            base_cpu = math.nan
+            if self.cpu is not None:  # the same prefills without the decode: their CPU is subtracted
+                c0 = self.cpu_now()
+                base = await self.concurrent(b, p, 1)
+                base_cpu = self.cpu_now() - c0
+                for s, res in enumerate(base):
+                    self.rows.append(_row("decode", "prefill_only", res, group=k, batch=b, stream=s, input_tokens=p,
+                                          max_tokens=1, cpu_s=base_cpu))
+            c0 = self.cpu_now()
             results = await self.concurrent(b, p, m)
-            per = [(r.completion_tokens or len(r.chunk_s)) / max(len(r.chunk_s), 1) for r in results]
-            window = None if any(r.error for r in results) else decode_window([r.chunk_s for r in results],
-                                                                               [p] * b, per)
+            cpu_s = self.cpu_now() - c0
+            step, ctx, how = self.decode_step(results, p)
+            server_step = step
+            if self.cpu is not None and not any(r.error for r in results):
+                step, ctx, how = (cpu_s - base_cpu) / (m - 1), b * (p + m / 2), "cpu"
             for s, res in enumerate(results):
                 self.rows.append(_row("decode", role, res, group=k, batch=b, stream=s, input_tokens=p, max_tokens=m,
-                                      step_s=None if window is None else window.step_s,
-                                      context_tokens=None if window is None else window.context_tokens,
-                                      window_steps=None if window is None else window.steps))
+                                      step_s=step, context_tokens=ctx, step_source=how, cpu_s=cpu_s,
+                                      wall_step_s=server_step))
+
+    @staticmethod
+    def decode_step(results: list[ProbeResult], prompt_tokens: int) -> tuple[float | None, float | None, str]:
+        """(step, batch context tokens, source): the server's per-token stamps when every stream has
+        them (trimmed mean of its gaps), else the client's stamps in the span where all decode."""
+        if any(r.error for r in results):
+            return None, None, "error"
+        if all(len(r.token_ms) == len(r.chunk_s) and len(r.token_ms) > 5 for r in results):
+            steps = [server_step(r.token_ms) for r in results]
+            ctx = sum(prompt_tokens + len(r.token_ms) / 2 for r in results)
+            return float(np.mean(steps)), float(ctx), "server"
+        per = [(r.completion_tokens or len(r.chunk_s)) / max(len(r.chunk_s), 1) for r in results]
+        window = decode_window([r.chunk_s for r in results], [prompt_tokens] * len(results), per)
+        if window is None:
+            return None, None, "client: no steady window"
+        return window.step_s, window.context_tokens, "client"
 
 
 async def _measure(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Any], int, int | None]:
     url = str(cfg.target.url).rstrip("/")
     p = cfg.profile
-    async with aiohttp.ClientSession() as session:
+    # A new connection per request: llama-server may close a kept-alive connection after a stream.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
         info = await server_info(session, url, cfg.target.model)
         ctx = info["slot_context_tokens"]
         longest = max([*p.prefill.lengths, *p.prefill.holdout_lengths,
@@ -219,6 +265,11 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
     dec = ok[(ok["probe"] == "decode") & ok["step_s"].notna()].drop_duplicates("group")
     dec_fit, dec_hold = dec[dec["role"] == "fit"], dec[dec["role"] == "holdout"]
     decode = fitting.fit_decode(dec_fit["batch"], dec_fit["context_tokens"], dec_fit["step_s"])
+    sources = sorted(set(dec["step_source"]))
+    step_source = {"server": "server per-token timings, trimmed mean of gaps",
+                   "client": "client chunk stamps in the span where all streams decode",
+                   "cpu": "engine CPU seconds of N streams minus the same prefills alone, per step"}.get(
+        sources[0] if len(sources) == 1 else "", f"mixed: {', '.join(sources)}")
     checks = []
     for n, measured in _median_by(pre_hold, "input_tokens", "prefill_s").items():
         predicted = float(fitting.predict_prefill(prefill, n))
@@ -246,8 +297,8 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
     return {
         "prefill": {"kind": "polynomial", **prefill.params, "rms_rel": prefill.rms_rel, "max_rel": prefill.max_rel,
                     "n": prefill.n, "median_s": _median_by(pre_fit, "input_tokens", "prefill_s")},
-        "decode": {"kind": "linear", **decode.params, "rms_rel": decode.rms_rel, "max_rel": decode.max_rel,
-                   "n": decode.n, "median_step_s": {f"{int(b)}x{int(t)}": float(g["step_s"].median())
+        "decode": {"kind": "linear", "step_source": step_source, **decode.params, "rms_rel": decode.rms_rel,
+                   "max_rel": decode.max_rel, "n": decode.n, "median_step_s": {f"{int(b)}x{int(t)}": float(g["step_s"].median())
                                                     for (b, t), g in dec_fit.groupby(["batch", "input_tokens"])}},
         "holdout": checks,
         "cached": cached,
@@ -285,7 +336,8 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
     engine = f"{info.get('server_header') or 'unknown server'} at {info['url']}, build {info.get('build_info')}"
     pre, dec = result["prefill"], result["decode"]
-    source = "server timings.prompt_ms" if p.prefill.source == "server" else "client TTFT"
+    source = {"server": "server timings.prompt_ms", "client": "client TTFT",
+              "cpu": f"engine CPU seconds (pid {p.engine_pid})"}[str(p.clock)]
     holdout = "; ".join(f"{c['probe']} {c.get('input_tokens')}{' tok' if c['probe'] == 'prefill' else ''}"
                         f"{' batch ' + str(c['batch']) if 'batch' in c else ''}: {100 * c['rel_error']:+.1f}%"
                         for c in result["holdout"])
@@ -295,7 +347,7 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
     decode_block = {"kind": "linear", "base_s": dec["base_s"], "per_seq_s": dec["per_seq_s"],
                     "per_token_s": dec["per_token_s"], "bs_max": int(slots),
                     "provenance": f"[M] measured by harness-profile {when}: NNLS relative fit to {dec['n']} "
-                                  f"steady-decode windows (client chunk stamps); RMS relative residual "
+                                  f"decode probes ({result['decode']['step_source']}); RMS relative residual "
                                   f"{100 * dec['rms_rel']:.1f}%; bs_max = the engine's slots"}
     provenance = {
         "engine": engine, "model_file": str(info.get("model_path") or info["model"]), "date": when,
@@ -354,8 +406,11 @@ def _table(document: dict[str, Any]) -> str:
 
 def profile_endpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     require(bool(cfg.target.url), "harness-profile needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
-    require(cfg.profile.prefill.source in ("server", "client"),
-            f"profile.prefill.source={cfg.profile.prefill.source!r}; valid: server, client")
+    require(int(cfg.profile.decode.output_tokens) >= 8,
+            f"profile.decode.output_tokens must be >= 8 (a step is timed from the gaps), got {cfg.profile.decode.output_tokens}")
+    require(int(cfg.profile.slot_probe.output_tokens) >= 2,
+            f"profile.slot_probe.output_tokens must be >= 2, got {cfg.profile.slot_probe.output_tokens}")
+    require(cfg.profile.clock in CLOCKS, f"profile.clock={cfg.profile.clock!r}; valid: {', '.join(CLOCKS)}")
     rows, info, slots, probed = asyncio.run(_measure(cfg))
     out_dir.mkdir(parents=True, exist_ok=True)
     rows.to_parquet(out_dir / "probes.parquet", index=False)

@@ -17,6 +17,9 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+from scipy.stats import trim_mean
+
+from harness.errors import InputError
 
 Clock = Callable[[], float]
 
@@ -27,6 +30,7 @@ class ProbeResult:
     first_s: float | None = None  # first chunk carrying a token
     end_s: float | None = None
     chunk_s: list[float] = field(default_factory=list)  # every chunk carrying a token
+    token_ms: list[float] = field(default_factory=list)  # server's timings.predicted_ms at each such chunk
     prompt_tokens: int | None = None  # usage
     completion_tokens: int | None = None  # usage
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
@@ -55,7 +59,8 @@ class Completions:
     async def __call__(self, prompt: Sequence[int], max_tokens: int, *, cache_prompt: bool) -> ProbeResult:
         body = {"model": self.model, "prompt": [int(t) for t in prompt], "max_tokens": int(max_tokens),
                 "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
-                "temperature": 0.0, "cache_prompt": cache_prompt}
+                "temperature": 0.0, "cache_prompt": cache_prompt,
+                "timings_per_token": True}  # llama.cpp: server-side stamps on every chunk
         res = ProbeResult(sent_s=self.clock())
         try:
             async with self.session.post(self.url + "/v1/completions", json=body, timeout=self.timeout) as resp:
@@ -81,22 +86,61 @@ class Completions:
     @staticmethod
     def _chunk(obj: dict[str, Any], now: float, res: ProbeResult) -> None:
         choices = obj.get("choices") or []
+        timings = obj.get("timings") if isinstance(obj.get("timings"), dict) else None
         if choices and choices[0].get("text"):
             res.chunk_s.append(now)
             if res.first_s is None:
                 res.first_s = now
+            if timings is not None and isinstance(timings.get("predicted_ms"), int | float):
+                res.token_ms.append(float(timings["predicted_ms"]))
         usage = obj.get("usage")
         if usage:
             res.prompt_tokens = usage.get("prompt_tokens")
             res.completion_tokens = usage.get("completion_tokens")
             res.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if isinstance(obj.get("timings"), dict):
-            res.timings = {k: float(v) for k, v in obj["timings"].items() if isinstance(v, int | float)}
+        if timings is not None:
+            res.timings = {k: float(v) for k, v in timings.items() if isinstance(v, int | float)}
+
+
+class ProcessCpu:
+    """CPU seconds a local process has run, all its threads (Linux process CPU clock, ns resolution).
+
+    For a single-threaded engine on a shared machine this is the time its work takes without the
+    share other processes take: a clock that contention does not stretch.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.clock_id = ((~int(pid)) << 3) | 2  # the kernel's CPUCLOCK_SCHED clock of a whole process
+        try:
+            time.clock_gettime(self.clock_id)
+        except OSError as err:
+            raise InputError(f"profile.engine_pid={pid}: cannot read its CPU clock ({err}); "
+                             f"is it a running local process?") from err
+
+    def __call__(self) -> float:
+        return time.clock_gettime(self.clock_id)
 
 
 def fresh_prompt(rng: np.random.Generator, n: int, id_min: int, id_max: int) -> list[int]:
     """n uniformly random token ids: a prompt no cache has seen (collisions ~ (1/span)^prefix)."""
     return rng.integers(id_min, id_max, size=n).tolist()
+
+
+TRIM = 0.1  # share of the largest and of the smallest gaps left out of a stream's mean step
+
+
+def server_step(token_ms: Sequence[float], trim: float = TRIM) -> float | None:
+    """The decode step of one stream from the server's own stamps (ms since its first token, per token).
+
+    Streams started together share one batch: most gaps between a stream's tokens are steps of the
+    full batch; a few at the start also carry the others' prefills (the largest gaps) and a few at
+    the end run after others finished (the smallest). The trimmed mean of the gaps leaves both out
+    and keeps the slow steps a busy machine causes (a median would hide them). None under 5 gaps.
+    """
+    gaps = np.diff(np.asarray(token_ms, dtype=float))
+    if len(gaps) < 5:
+        return None
+    return float(trim_mean(gaps, trim)) / 1e3
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ class PrefillDesign:
     repeats: int = 3
     holdout_lengths: list[int] = field(default_factory=lambda: [384, 768, 1536])  # never fitted
     holdout_repeats: int = 2
-    source: str = "server"  # server: timings.prompt_ms when sent (else client TTFT) | client: TTFT
 
 
 @dataclass
@@ -57,6 +56,11 @@ class ProfileSettings:
     hardware: str = "cpu_local"  # profiles.<hardware> in the written model config
     out_dir: str | None = None  # the model config goes to <out_dir>/model/<name>.yaml; null: the run dir
     slots: int | None = None  # null: from the server (/props, /slots) or probing
+    # What times a probe: server (its timings: prompt_ms, per-token predicted_ms; client stamps where it
+    # sends none) | client (TTFT, chunk stamps) | cpu (CPU seconds of the local process engine_pid:
+    # a single-threaded engine's time without the share other processes take on a shared machine).
+    clock: str = "server"
+    engine_pid: int | None = None  # clock=cpu only
     prefill: PrefillDesign = field(default_factory=PrefillDesign)
     cached: CachedDesign = field(default_factory=CachedDesign)
     decode: DecodeDesign = field(default_factory=DecodeDesign)
