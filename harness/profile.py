@@ -92,6 +92,22 @@ def _row(probe: str, role: str, res: ProbeResult, **extra: Any) -> dict[str, Any
             "server_predicted_ms": t.get("predicted_ms"), "error": res.error}
 
 
+def decode_batches(slots: int, batches: Any, holdout: Any) -> tuple[list[int], list[int]]:
+    """(fitted, held-out) batch sizes: by default powers of two up to the slots plus the slots, and 3
+    held out (between 2 and 4) when there are at least 4 slots."""
+    held = [int(b) for b in holdout] if holdout is not None else ([3] if slots >= 4 else [])
+    if batches is None:
+        fit = sorted({*(2**k for k in range(slots.bit_length()) if 2**k <= slots), slots} - set(held))
+    else:
+        fit = [int(b) for b in batches]
+    for b in [*fit, *held]:
+        require(1 <= b <= slots, f"profile.decode: batch {b} is outside 1..{slots} (the engine's slots)")
+    require(not set(fit) & set(held), f"profile.decode: batches {sorted(set(fit) & set(held))} are both fitted and "
+                                      f"held out")
+    require(len(fit) >= 2, f"profile.decode: fit needs at least 2 batch sizes, got {fit}")
+    return fit, held
+
+
 class Experiment:
     """Runs the design against one endpoint; every request sent ends in exactly one row."""
 
@@ -178,11 +194,7 @@ class Experiment:
 
     async def decode(self, slots: int) -> None:
         dd = self.p.decode
-        holdout = [int(b) for b in dd.holdout_batches]
-        batches = [int(b) for b in dd.batches] if dd.batches is not None else [b for b in range(1, slots + 1)
-                                                                                 if b not in holdout]
-        for b in [*batches, *holdout]:
-            require(1 <= b <= slots, f"profile.decode: batch {b} is outside 1..{slots} (the engine's slots)")
+        batches, holdout = decode_batches(slots, dd.batches, dd.holdout_batches)
         m = int(dd.output_tokens)
         plan = [(b, int(p), role) for role, bs in (("fit", batches), ("holdout", holdout)) for b in bs
                 for p in dd.prompt_tokens for _ in range(int(dd.repeats))]
@@ -307,11 +319,11 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
     }
 
 
-def _design_text(p: DictConfig) -> str:
+def _design_text(p: DictConfig, slots: int) -> str:
+    batches, held = decode_batches(slots, p.decode.batches, p.decode.holdout_batches)
     return (f"prefill: lengths {list(p.prefill.lengths)} x {p.prefill.repeats}, held out {list(p.prefill.holdout_lengths)}"
             f" x {p.prefill.holdout_repeats}, max_tokens=1, fresh ids, cache_prompt=false; decode: batches "
-            f"{'1..slots' if p.decode.batches is None else list(p.decode.batches)}, held out "
-            f"{list(p.decode.holdout_batches)}, prompts {list(p.decode.prompt_tokens)}, {p.decode.output_tokens} tokens,"
+            f"{batches}, held out {held}, prompts {list(p.decode.prompt_tokens)}, {p.decode.output_tokens} tokens,"
             f" x {p.decode.repeats}; interleaved in a seeded random order")
 
 
@@ -356,7 +368,7 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
         "decode": f"RMS rel residual {dec['rms_rel']:.4f} (max {dec['max_rel']:.4f}) over {dec['n']} probes",
         "bs_max": f"slots: declared {info.get('declared_slots')}, probed {probed}, used {slots}",
         "holdout": holdout or "none",
-        "design": _design_text(p),
+        "design": _design_text(p, slots),
     }
     name = str(p.name)
     doc = model_config(name, str(p.hardware), arch, prefill_block, decode_block, provenance,

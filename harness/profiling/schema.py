@@ -33,8 +33,8 @@ class CachedDesign:
 class DecodeDesign:
     """(c) Decode step vs batch size and context: N concurrent streams started together."""
 
-    batches: list[int] | None = None  # null: 1..slots, minus holdout_batches
-    holdout_batches: list[int] = field(default_factory=lambda: [3])  # never fitted
+    batches: list[int] | None = None  # null: 1, 2, 4, 8, ... up to slots, and slots itself
+    holdout_batches: list[int] | None = None  # never fitted; null: [3] when slots >= 4, else none
     prompt_tokens: list[int] = field(default_factory=lambda: [64, 1536])  # per stream: sets the context
     output_tokens: int = 64
     repeats: int = 2
