@@ -16,6 +16,7 @@ CONTEXT = 4 * 4096  # tokens of KV in all; each slot holds up to 4,096
 # One thread: on a shared 2-core machine two threads spin on barriers whenever the other is descheduled
 # (measured here under load: 512-token prefill 2.4 s median with -t 2, 0.39 s with -t 1).
 THREADS = 1
+BUILD_TIMEOUT = 2400  # s: a test that starts the session may have to build the engine first
 
 
 @pytest.fixture(scope="session")

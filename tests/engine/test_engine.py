@@ -10,10 +10,14 @@ import urllib.request
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from harness.engine.server import get_json
 
-from .conftest import SLOTS
+from .conftest import BUILD_TIMEOUT, SLOTS
+
+# The first test of a session may build the engine (~10-20 min on 2 cores) when `make engine` has not.
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
-from .conftest import SLOTS
+from .conftest import BUILD_TIMEOUT, SLOTS
 from .test_engine import run_python
+
+# The first test of a session may build the engine (~10-20 min on 2 cores) when `make engine` has not.
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT)
 
 SMALL_DESIGN = [
     "profile.name=engine_test", "profile.prefill.lengths=[128,256,512,1024]", "profile.prefill.repeats=2",
