@@ -39,10 +39,20 @@ from omegaconf import DictConfig, OmegaConf
 from harness.errors import InputError, require
 from harness.hydra_entry import CONF_DIR, hydra_entry
 from harness.profiling import fit as fitting
-from harness.profiling.probes import (Completions, ProbeResult, ProcessCpu, decode_window, fresh_prompt,
-                                      server_step)
-from harness.profiling.writer import architecture_from_gguf, check_architecture, model_config, write_model_config
-
+from harness.profiling.probes import (
+    Completions,
+    ProbeResult,
+    ProcessCpu,
+    decode_window,
+    fresh_prompt,
+    server_step,
+)
+from harness.profiling.writer import (
+    architecture_from_gguf,
+    check_architecture,
+    model_config,
+    write_model_config,
+)
 
 CLOCKS = ("server", "client", "cpu")
 
@@ -53,7 +63,7 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[dict[str,
             if resp.status != 200:
                 return None, dict(resp.headers)
             return await resp.json(content_type=None), dict(resp.headers)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         return None, {}
 
 
@@ -344,7 +354,7 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
     else:
         arch = check_architecture(OmegaConf.to_container(arch, resolve=True))
         arch_source = "given as profile.architecture"
-    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
     engine = f"{info.get('server_header') or 'unknown server'} at {info['url']}, build {info.get('build_info')}"
     pre, dec = result["prefill"], result["decode"]

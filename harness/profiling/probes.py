@@ -8,7 +8,6 @@ returns a result with `error` set, never raises.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -76,7 +75,7 @@ class Completions:
                     if data == b"[DONE]":
                         break
                     self._chunk(json.loads(data), now, res)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as err:
             res.error = f"{type(err).__name__}: {err}"[:300]
         res.end_s = self.clock()
         if res.error is None and res.first_s is None:

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from harness.errors import InputError
-from harness.profiling.fit import fit_decode, fit_prefill, predict_decode, predict_prefill
+from harness.profiling.fit import (
+    fit_decode,
+    fit_prefill,
+    predict_decode,
+    predict_prefill,
+)
 from harness.profiling.probes import decode_window
 
 LENGTHS = np.repeat([128, 256, 512, 1024, 2048], 3)

@@ -13,7 +13,12 @@ import pytest
 from harness.engine.model import ModelSpec, build_model, vocabulary
 from harness.errors import InputError
 from harness.profile import check_loads
-from harness.profiling.writer import architecture_from_gguf, check_architecture, model_config, write_model_config
+from harness.profiling.writer import (
+    architecture_from_gguf,
+    check_architecture,
+    model_config,
+    write_model_config,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ModelSpec(hidden=64, layers=2, ffn=128, heads=4, kv_heads=2, vocab=300, context=2048, seed=3)
