@@ -178,7 +178,7 @@ def agreement(time_scale: float, n: int, extra: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from harness.analysis import metrics as m
-    from harness.loadgen.run import run_live
+    from harness.runs.http import run_live
     from harness.schema import register_configs
     from harness.sim import run_sim
 

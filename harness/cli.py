@@ -7,49 +7,12 @@ a printed table). See README "Runs and suites".
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness.errors import InputError, choices
 from harness.hydra_entry import hydra_entry
+from harness.runs import MODES, run, run_dir
 
-MODES = ("sim", "live", "url")
-
-
-def _run_dir(cfg: DictConfig) -> Path:
-    try:
-        return Path(HydraConfig.get().runtime.output_dir)
-    except ValueError:  # called without Hydra (tests): use cfg.out_dir
-        return Path(cfg.out_dir)
-
-
-def run(cfg: DictConfig) -> dict:
-    """Run one configuration and write its directory; returns the summary row."""
-    from harness.analysis.summary import write_run
-
-    if cfg.mode not in MODES:
-        raise InputError(f"mode={cfg.mode!r} is not available in this build; valid: {choices(MODES)}")
-    out = _run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    if cfg.mode == "sim":
-        from harness.sim import run_sim
-
-        result = run_sim(cfg, records_path=out / "requests.parquet")
-    else:  # live: the emulator behind HTTP in this process; url: an external endpoint
-        from harness.loadgen.run import run_live, run_url, write_extras
-
-        result = run_live(cfg) if cfg.mode == "live" else run_url(cfg)
-    summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
-    if getattr(result, "stream", None) is not None:
-        result.stream.discard_parts()
-    if result.meta.get("interrupted"):
-        print(f"interrupted at t={result.meta.get('stopped_at_s', float('nan')):.1f} s (run clock): "
-              f"{result.meta.get('offered')} requests sent, each recorded in {out / 'requests.parquet'}")
-    if cfg.mode != "sim":
-        write_extras(out, result)
-    return summary
+__all__ = ["MODES", "main", "run"]
 
 
 @hydra_entry(config_name="config")
@@ -60,7 +23,7 @@ def main(cfg: DictConfig) -> None:
     line = "  ".join(f"{k}={summary[k]:.4g}" if isinstance(summary.get(k), float) else f"{k}={summary.get(k)}"
                      for k in keys)
     print(line)
-    print(f"results: {_run_dir(cfg)}")
+    print(f"results: {run_dir(cfg)}")
     if summary.get("interrupted"):
         raise SystemExit(130)
 

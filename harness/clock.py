@@ -3,7 +3,9 @@
 Deployment code only ever calls `clock.now()` and `clock.call_at(t, fn)`. In sim mode a
 `VirtualClock` runs those callbacks from a heap as fast as the CPU allows; in live mode
 `harness.live.clock.ScheduledLoopClock` (built on `WallClock` here) runs them on the asyncio
-loop's wall clock, scaled. Times are seconds as floats.
+loop's wall clock, scaled. Times are seconds as floats. `Clock` is the harness's one clock
+protocol; the load generator's `Pacer` (harness/loadgen/clock.py: `now_ns`/`sleep_until`) only
+paces sends on the monotonic clock and schedules nothing.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[DictConfig],
             from harness.schema import register_configs
 
             register_configs()
+            _select_help(task.__module__)
             try:
                 hydra_main()
             except SystemExit as exc:
@@ -51,3 +52,12 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[DictConfig],
         return main
 
     return decorate
+
+
+def _select_help(module: str) -> None:
+    """`--help` shows this command's own page (conf/hydra/help/<command>.yaml), not Hydra's config dump."""
+    spec = getattr(sys.modules.get(module), "__spec__", None)  # `python -m harness.plan`: __main__ -> harness.plan
+    name = (spec.name if spec is not None else module).rsplit(".", 1)[-1]
+    name = "harness" if name in ("cli", "__main__") else name
+    if ("--help" in sys.argv or "-h" in sys.argv) and (Path(CONF_DIR) / "hydra" / "help" / f"{name}.yaml").exists():
+        sys.argv.insert(1, f"hydra/help={name}")

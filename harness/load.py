@@ -20,7 +20,7 @@ def _line(summary: dict, keys: tuple[str, ...]) -> str:
 
 @hydra_entry(config_name="config")
 def main(cfg: DictConfig) -> None:
-    from harness.cli import _run_dir, run
+    from harness.runs import run, run_dir
 
     if cfg.mode not in ("live", "url"):
         cfg.mode = "url" if cfg.target.url else "live"
@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> None:
                           "loadgen_loop_lag_p99_ms")))
     if not summary.get("loadgen_valid", True):
         print(f"INVALID: {summary.get('loadgen_invalid_reason')}")
-    print(f"results: {_run_dir(cfg)}")
+    print(f"results: {run_dir(cfg)}")
     if summary.get("interrupted"):
         raise SystemExit(130)
 

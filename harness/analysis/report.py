@@ -394,6 +394,10 @@ def write_report(dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     path = write_parquet(report, out / r.REPORT_FILE)
     text = format_report(report, baseline)
     lines = [f"report: {path}"]
+    if "incomplete" in report.columns:
+        for run_dir in report.loc[report["incomplete"].fillna(False).astype(bool), "run_dir"]:
+            lines.append(f"incomplete run (stopped before it wrote its summary; read from its "
+                         f"{r.PARTS_DIR}/): {run_dir}")
     if figures:
         lines += write_figures(report, out, dirs, paper_file)
     return report, f"{text}\n\n" + "\n".join(lines)

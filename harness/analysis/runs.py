@@ -23,6 +23,9 @@ import yaml
 from harness.errors import InputError, choices
 
 SUMMARY_FILE = "summary.parquet"
+REQUESTS_FILE = "requests.parquet"
+# A run killed before it wrote its summary leaves its records here (streamed as requests ended).
+PARTS_DIR = REQUESTS_FILE + ".parts"
 REPORT_FILE = "report.parquet"
 PLAN_FILE = "plan.json"
 # Where a run is on its load axis: `at:` selectors of the report table and the gates.
@@ -36,15 +39,40 @@ def _natural_key(path: Path) -> list[Any]:
 
 
 def find_run_dirs(roots: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Every directory under the roots (or a root itself) that holds summary.parquet, in natural order."""
+    """Every directory under the roots (or a root itself) that holds summary.parquet, or (a run killed
+    before it finished) its streamed records in requests.parquet.parts/, in natural order."""
     found: set[Path] = set()
     for root in map(Path, roots):
         if not root.exists():
             raise InputError(f"results directory {root} does not exist")
-        for summary in root.rglob(SUMMARY_FILE):
-            if not any(part.startswith(".") or part.endswith(".parts") for part in summary.relative_to(root).parts[:-1]):
-                found.add(summary.parent)
+        for name in (SUMMARY_FILE, PARTS_DIR):
+            for hit in root.rglob(name):
+                if not any(part.startswith(".") or part.endswith(".parts") for part in hit.relative_to(root).parts[:-1]):
+                    found.add(hit.parent)
     return sorted(found, key=_natural_key)
+
+
+def is_incomplete(run_dir: str | os.PathLike[str]) -> bool:
+    """A run killed before it wrote its summary (only its streamed records are there)."""
+    return not (Path(run_dir) / SUMMARY_FILE).is_file()
+
+
+def incomplete_summary(run_dir: str | os.PathLike[str], analysis_cfg: Any = None) -> dict[str, Any]:
+    """The summary row of a killed run, computed from the records it streamed (`incomplete` = True)."""
+    from harness.analysis.frames import read_parquet, requests_frame
+    from harness.analysis.summary import summarize
+
+    path = Path(run_dir) / REQUESTS_FILE
+    try:
+        requests = requests_frame(read_parquet(path))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot read the records of this incomplete run: {err}") from err
+    meta = {"incomplete": True}
+    for key in ("deployment", "mode"):
+        values = requests[key].dropna().unique() if key in requests.columns else []
+        if len(values):
+            meta[key] = str(values[0])
+    return summarize(requests, None, meta, analysis_cfg)
 
 
 def _scalar(text: str) -> Any:
@@ -90,10 +118,14 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
     roots = [Path(r) for r in roots]
     rows = []
     for run_dir in find_run_dirs(roots):
-        summary = pd.read_parquet(run_dir / SUMMARY_FILE)
-        if len(summary) != 1:
-            raise InputError(f"{run_dir / SUMMARY_FILE}: expected one row, found {len(summary)}")
-        row = summary.iloc[0].to_dict()
+        if is_incomplete(run_dir):
+            row = incomplete_summary(run_dir)
+        else:
+            summary = pd.read_parquet(run_dir / SUMMARY_FILE)
+            if len(summary) != 1:
+                raise InputError(f"{run_dir / SUMMARY_FILE}: expected one row, found {len(summary)}")
+            row = summary.iloc[0].to_dict()
+            row.setdefault("incomplete", False)
         for key, value in read_overrides(run_dir).items():
             row.setdefault(key, value)  # the measured summary wins over the requested value
         row["run_dir"] = str(run_dir.resolve())
@@ -185,9 +217,17 @@ def deployments(report: pd.DataFrame) -> list[str]:
 
 
 def read_requests(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
-    """A run's requests.parquet, or None when it is not there (a report moved away from its runs)."""
-    path = Path(str(run_dir)) / "requests.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
+    """A run's requests.parquet (or, for a killed run, its streamed parts), or None when neither is
+    there (a report moved away from its runs)."""
+    from harness.analysis.frames import read_parquet
+
+    path = Path(str(run_dir)) / REQUESTS_FILE
+    if not path.is_file() and not (path.parent / PARTS_DIR).is_dir():
+        return None
+    try:
+        return read_parquet(path)
+    except InputError:  # an empty parts folder
+        return None
 
 
 def read_timeseries(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:

@@ -189,6 +189,7 @@ class Deployment:
         self.waiting: deque[Job] = deque()
         self.in_flight: dict[int, Job] = {}
         self.records: list[dict] = []
+        self.keep_records = True  # False: records go to on_record only (a long-running server's sink)
         self.evictions: list[tuple[float, int]] = []  # (time, blocks evicted), for the time series
         self.on_record: Callable[[dict], None] | None = None
         self.on_first_token: Callable[[Job], None] | None = None
@@ -467,7 +468,8 @@ class Deployment:
     def _finish(self, job: Job) -> None:
         self.in_flight.pop(job.request.request_id, None)
         record = job.record(self.name, self.mode)
-        self.records.append(record)
+        if self.keep_records:
+            self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
 

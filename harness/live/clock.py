@@ -77,17 +77,15 @@ class ScheduledLoopClock(WallClock):
         self._handle, self._armed_for = None, float("inf")
         heap = self._heap
         slack = 1e-9 * self.time_scale  # loop-time rounding
-        wall = WallClock.now(self)
         try:
             while heap:
                 when, _, timer = heap[0]
                 if timer.cancelled:
                     heapq.heappop(heap)
                     continue
+                wall = WallClock.now(self)  # read per timer: a callback before may have stalled the loop
                 if when > wall + slack:
-                    wall = WallClock.now(self)
-                    if when > wall + slack:
-                        break
+                    break
                 heapq.heappop(heap)
                 lag = max(0.0, wall - when)
                 self.lags_s.append(lag)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from harness.deploy.deployment import Deployment
 from harness.deploy.job import Job
@@ -60,6 +60,9 @@ class LiveEngine:
         self.client_ids: dict[int, str] = {}  # deployment request id -> the client's X-Request-Id
         self._ids = itertools.count()
         self._live: dict[int, LiveJob] = {}
+        # Where each record goes as it ends (harness-serve streams them to disk); when set, client ids
+        # are not kept here but carried in the record (`client_id`).
+        self.record_sink: Callable[[dict], None] | None = None
         deployment.on_first_token = self._on_first_token
         deployment.on_record = self._on_record
 
@@ -85,6 +88,9 @@ class LiveEngine:
 
     def _on_record(self, record: dict) -> None:
         self.metrics.on_record(record)
+        if self.record_sink is not None:
+            cid = self.client_ids.pop(record["request_id"], None)
+            self.record_sink(record if cid is None else {**record, "client_id": cid})
         live = self._live.pop(record["request_id"], None)
         if live is None:
             return

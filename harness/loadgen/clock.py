@@ -1,4 +1,7 @@
-"""The load generator's clock, injected: `now_ns()` and `sleep_until(t_ns)` on absolute targets.
+"""The load generator's pacer, injected: `now_ns()` and `sleep_until(t_ns)` on absolute targets.
+
+A `Pacer` is not the emulator's `harness.clock.Clock` (`now()`/`call_at()` in float seconds, the one
+clock protocol of the deployment code): it only tells monotonic time and waits for it.
 
 `MonotonicClock` is the real one (the monotonic clock asyncio's loop also uses, so loop times and
 our stamps share one base). `FakeClock` jumps to each target at once, for unit tests that check
@@ -12,7 +15,7 @@ import time
 from typing import Protocol
 
 
-class Clock(Protocol):
+class Pacer(Protocol):
     def now_ns(self) -> int: ...
 
     async def sleep_until(self, t_ns: int) -> None: ...

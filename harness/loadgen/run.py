@@ -1,283 +1,120 @@
-"""Live and url runs: the same run directory as a sim run, measured over HTTP.
+"""The HTTP load generator as one call: drive an OpenAI-compatible URL with a list of requests.
 
-`mode=live` builds the configured deployment behind the OpenAI-compatible server in this process
-(127.0.0.1, port 0, the wall clock times `server.time_scale`) and drives it with the load generator;
-`mode=url` drives `target.url`, any OpenAI-compatible endpoint. Latencies in `requests.parquet`
-are the client's (send to first chunk, ...); in live runs the emulator's own view of each request
-(route, cached tokens, KV bytes, prefill and decode times) is joined in from its records, moved
-onto the load generator's clock, so the time series and egress figures are those of a sim run.
+`drive` connects (one aiohttp session, the model named or discovered at /v1/models), offers the
+requests through `run_load` and hands back the load result; each measured request is also passed
+to `on_row` as it ends (its requests.parquet row and its chunk rows), so a caller can stream it to
+disk. `client_rows` turns a finished result into the rows of requests.parquet, chunks.parquet and
+warmup.parquet. It knows nothing of what serves the URL: the run-assembly layer (harness/runs/)
+starts the live emulator when there is one and joins its view in.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import math
-import signal
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import numpy as np
 import pandas as pd
-from omegaconf import DictConfig
 
-from harness.analysis.frames import requests_frame, write_parquet
-from harness.deploy.timeseries import build_timeseries, occupancy
+from harness.analysis.frames import requests_frame
 from harness.errors import InputError, require
-from harness.loadgen.client import OpenAIHttpTarget, discover_model
+from harness.loadgen.client import OpenAIHttpTarget, auth_headers, discover_model
 from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.engine import LoadResult, run_load
-from harness.loadgen.health import loadgen_health
 from harness.loadgen.prompts import PromptBuilder
-from harness.sim import RunResult
-from harness.workload import build_workload
+from harness.loadgen.records import RequestRecord
+from harness.loadgen.settings import plain_container
+from harness.loadgen.timescale import detect_time_scale
+from harness.workload.request import Request
 
-_START_MARGIN_WALL_S = 0.05  # live runs start this long (at least) after the server is up
-# Columns of an emulator record that are durations, not times on its clock (those end in _s too).
-_SERVER_DURATIONS = ("ttft_s", "tpot_s", "e2e_s", "prefill_s")
-# Emulator columns the client measures too: kept beside the client's as server_<name>.
-_SERVER_OWN_VIEW = ("arrival_s", "first_token_s", "finish_s", "error")
-# Times build_timeseries must not see moved (durations), when rows are put back on the emulator's clock.
-_ROW_DURATIONS = ("ttft_s", "tpot_s", "e2e_s", "lateness_s", "itl_max_s", "server_ttft_s", "server_e2e_s",
-                  "server_tpot_s", "prefill_s")
+CHUNK_COLUMNS = ["request_id", "chunk", "t_s"]
+# A row of requests.parquet and the request's chunk rows, handed over as each measured request ends.
+RowSink = Callable[[dict[str, Any], list[dict[str, Any]]], None]
 
 
-class LiveRunResult(RunResult):
-    """A RunResult plus the frames only HTTP runs have (per-chunk stamps, warm-up requests)."""
-
-    def __init__(self, requests: pd.DataFrame, timeseries: pd.DataFrame, meta: dict[str, Any],
-                 extras: dict[str, pd.DataFrame]) -> None:
-        super().__init__(requests, timeseries, meta)
-        self.extras = extras
+def chunks_frame(rows: Any) -> pd.DataFrame:
+    """chunks.parquet: (request_id, chunk index, arrival on the run clock) per token-bearing chunk."""
+    return pd.DataFrame(rows, columns=CHUNK_COLUMNS)
 
 
-def run_live(cfg: DictConfig) -> LiveRunResult:
-    return asyncio.run(_run(cfg, live=True))
-
-
-def run_url(cfg: DictConfig) -> LiveRunResult:
-    require(bool(cfg.target.url), "mode=url needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
-    return asyncio.run(_run(cfg, live=False))
-
-
-def write_extras(run_dir: str | Path, result: RunResult) -> None:
-    """chunks.parquet (request_id, chunk, t_s) and warmup.parquet, next to the standard files."""
-    for name, frame in getattr(result, "extras", {}).items():
-        write_parquet(frame, Path(run_dir) / f"{name}.parquet")
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[asyncio.Event]:
-    """SIGINT/SIGTERM set the returned event (the run stops and records what it sent) while inside."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
-            pass
-    try:
-        yield stop
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-
-def _offer(cfg: DictConfig) -> tuple[list, int | None, float | None]:
-    """The requests and how to offer them, exactly as sim mode reads loadgen.*."""
-    lg = cfg.loadgen
-    require(lg.rate_rps is None or lg.rate_rps > 0,
-            f"loadgen.rate_rps must be > 0 (or null for the workload's own rate), got {lg.rate_rps}")
-    require(lg.concurrency is None or lg.concurrency >= 1,
-            f"loadgen.concurrency must be >= 1 (or null for open loop), got {lg.concurrency}")
-    require(lg.warmup_s >= 0, f"loadgen.warmup_s must be >= 0, got {lg.warmup_s}")
-    saturate = lg.rate_rps is not None and math.isinf(lg.rate_rps)
-    concurrency = int(lg.saturation_in_flight) if saturate else lg.concurrency
-    requests = build_workload(cfg.workload, rate_rps=None if saturate else lg.rate_rps)
-    require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
-    offered = lg.rate_rps
-    if offered is None and concurrency is None and len(requests) > 1:
-        span = requests[-1].arrival_s - requests[0].arrival_s
-        offered = (len(requests) - 1) / span if span > 0 else math.nan
-    return requests, concurrency, (float(offered) if offered is not None else math.nan)
-
-
-async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
-    requests, concurrency, offered = _offer(cfg)
-    tcfg, lg = cfg.target, cfg.loadgen
+def check_target(tcfg: Any) -> None:
     require(tcfg.timeout_s > 0, f"target.timeout_s must be > 0, got {tcfg.timeout_s}")
     require(tcfg.max_connections >= 0, f"target.max_connections must be >= 0, got {tcfg.max_connections}")
     require(tcfg.api in ("completions", "chat"), f"target.api={tcfg.api!r}; valid: completions, chat")
-    server = None
-    if live:
-        from harness.live.server import start_server  # deploy/costmodel only when emulating
 
-        server = await start_server(cfg, port=0)
-        print(f"listening on {server.url}", file=sys.stderr, flush=True)
-    time_scale = float(cfg.server.time_scale) if live else 1.0
-    url = server.url if server is not None else str(tcfg.url)
-    start_ns = None
-    if server is not None:
-        # Start the run on a bin boundary of the emulator's clock, a moment from now, so the
-        # emulator's logs (link, roles, evictions) bin exactly like the load generator's rows.
-        bin_s = float(cfg.analysis.timeseries.bin_s)
-        zero_s = bin_s * math.ceil((server.clock.now() + _START_MARGIN_WALL_S * time_scale) / bin_s)
-        start_ns = round(server.clock.to_loop_time(zero_s) * 1e9)
+
+@dataclass
+class HttpLoad:
+    result: LoadResult
+    model: str  # the served model the requests named
+    label: str  # the run's `deployment` column
+    mode: str  # live | url
+    time_scale_source: str = "default"  # where the run's time scale came from (server, target.time_scale, ...)
+
+
+def _rows(record: RequestRecord, t0_ns: int, scale: float, label: str, mode: str) -> tuple[dict, list[dict]]:
+    chunks = [dict(zip(CHUNK_COLUMNS, c)) for c in record.chunk_rows(t0_ns, scale)]
+    return record.to_row(t0_ns, scale, label, mode), chunks
+
+
+async def drive(requests: list[Request], url: str, tcfg: Any, lg: Any, *, mode: str, concurrency: int | None,
+                time_scale: float = 1.0, start_ns: int | None = None, model: str | None = None,
+                label: str | None = None, block_tokens: int = 512, stop: asyncio.Event | None = None,
+                on_row: RowSink | None = None) -> HttpLoad:
+    """Offer `requests` to `url` (times in run-clock seconds, `time_scale` times the wall clock).
+
+    `model`: the model to name (else `target.model`, else the first the endpoint lists); `label`:
+    the deployment name of the rows (else `target.name`, else `url:<model>`). In url mode the time
+    scale is the one the target announces (a scaled `harness-serve`), unless `target.time_scale`
+    says otherwise."""
+    check_target(tcfg)
+    headers = auth_headers(tcfg.get("api_key"), dict(tcfg.get("headers") or {}))
+    scale_source = "server.time_scale" if mode == "live" else "default"
     clock = MonotonicClock()
-    prompts = PromptBuilder(int(cfg.workload.get("block_tokens", 512)), int(tcfg.token_id_min),
-                            int(tcfg.token_id_max))
-    try:
-        connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections))
-        async with aiohttp.ClientSession(connector=connector) as session:
-            if tcfg.model:
-                model = str(tcfg.model)
-            elif server is not None:
-                model = str(cfg.server.model_name or cfg.model.name)
-            else:
-                try:
-                    model = await discover_model(session, url)
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as err:
-                    raise InputError(f"target.url={url}: cannot list models ({type(err).__name__}: {err}); "
-                                     f"is the server up? set target.model to skip the lookup") from err
-            target = OpenAIHttpTarget(session, url, model=model, clock=clock, prompts=prompts, api=str(tcfg.api),
-                                      stream=bool(tcfg.stream), ignore_eos=bool(tcfg.ignore_eos),
-                                      timeout_s=float(tcfg.timeout_s))
-            with _stop_on_signals() as stop:
-                result = await run_load(requests, target, clock=clock, time_scale=time_scale,
-                                        concurrency=concurrency, max_duration_s=lg.max_duration_s,
-                                        warmup_s=float(lg.warmup_s), progress=bool(lg.progress), start_ns=start_ns,
-                                        stop=stop)
-    finally:
-        if server is not None:
-            await server.stop()
-    label = str(server.built.deployment.name) if server is not None else str(tcfg.name or f"url:{model}")
-    return _assemble(cfg, result, server, label, model, url, offered, concurrency)
+    prompts = PromptBuilder(block_tokens, int(tcfg.token_id_min), int(tcfg.token_id_max))
+    connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        if mode != "live":
+            time_scale, scale_source = await detect_time_scale(session, url, tcfg.get("time_scale"), headers)
+        if tcfg.model:
+            model = str(tcfg.model)
+        elif model is None:
+            try:
+                model = await discover_model(session, url, headers=headers)
+            except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as err:
+                raise InputError(f"target.url={url}: cannot list models ({type(err).__name__}: {err}); "
+                                 f"is the server up? set target.model to skip the lookup") from err
+        label = label or str(tcfg.name or f"url:{model}")
+        target = OpenAIHttpTarget(session, url, model=model, clock=clock, prompts=prompts, api=str(tcfg.api),
+                                  stream=bool(tcfg.stream), ignore_eos=bool(tcfg.ignore_eos),
+                                  timeout_s=float(tcfg.timeout_s), api_key=tcfg.get("api_key"),
+                                  headers=dict(tcfg.get("headers") or {}),
+                                  extra_body=plain_container(tcfg.get("extra_body")))
+        t0 = clock.now_ns() if start_ns is None else start_ns
+
+        def done(record: RequestRecord) -> None:
+            if on_row is not None and not record.warmup:
+                on_row(*_rows(record, t0, time_scale, label, mode))
+
+        result = await run_load(requests, target, clock=clock, time_scale=time_scale, concurrency=concurrency,
+                                max_duration_s=lg.max_duration_s, warmup_s=float(lg.warmup_s),
+                                progress=bool(lg.progress), start_ns=t0, stop=stop, on_done=done,
+                                max_concurrency=lg.get("max_concurrency"), status_every_s=lg.get("status_every_s"))
+    return HttpLoad(result, model, label, mode, scale_source)
 
 
-def _assemble(cfg: DictConfig, result: LoadResult, server, label: str, model: str, url: str, offered: float,
-              concurrency: int | None) -> LiveRunResult:
-    mode = "live" if server is not None else "url"
+def client_rows(load: HttpLoad) -> tuple[list[dict], pd.DataFrame, pd.DataFrame | None]:
+    """The measured requests' rows, their chunks (chunks.parquet) and the warm-up rows (or None)."""
+    result = load.result
     t0, scale = result.t0_ns, result.time_scale
-    measured = [r for r in result.records if not r.warmup]
-    rows = [r.to_row(t0, scale, label, mode) for r in measured]
-    extras = {"chunks": pd.DataFrame([c for r in measured for c in r.chunk_rows(t0, scale)],
-                                     columns=["request_id", "chunk", "t_s"])}
-    warm = [r.to_row(t0, scale, label, mode) for r in result.records if r.warmup]
-    if warm:
-        extras["warmup"] = requests_frame(warm)
-    lg = cfg.loadgen
-    problems: list[str] = []
-    meta: dict[str, Any] = {"deployment": label, "mode": mode, "offered_rps": offered, "concurrency": concurrency,
-                            "workload": str(cfg.workload.name), "seed": cfg.workload.get("seed"),
-                            "time_scale": scale, "target_url": url, "served_model": model,
-                            "loadgen_cpu_s": result.cpu_s, "loadgen_wall_s": result.wall_s,
-                            "interrupted": result.interrupted, "offered": len(result.records),
-                            "stopped_at_s": (result.end_ns - t0) / 1e9 * scale}
-    bin_s = float(cfg.analysis.timeseries.bin_s)
-    if server is not None:
-        clock, built = server.clock, server.built
-        shift_s = (t0 / 1e9 - clock.to_loop_time(0.0)) * scale  # emulator clock at the run's zero
-        shift_s = bin_s * round(shift_s / bin_s)  # exact: the run started on a bin boundary
-        rows = _join_server_records(rows, built.deployment.records, server.engine.client_ids, shift_s)
-        frame = requests_frame(rows).sort_values("request_id", ignore_index=True)
-        lag = {"lag_p50_ms": clock.lag_wall_ms(50), "lag_p99_ms": clock.lag_wall_ms(99),
-               "lag_max_ms": clock.max_lag_s / scale * 1e3, "events": clock.events_run,
-               "stream_interval_tokens": server.options.stream_interval_tokens}
-        if lag["lag_p99_ms"] > float(cfg.server.max_lag_ms):
-            problems.append(f"emulator timer lag P99 {lag['lag_p99_ms']:.2f} ms > server.max_lag_ms="
-                            f"{float(cfg.server.max_lag_ms):g}")
-        timeseries = _deployment_timeseries(frame, built, shift_s, bin_s)
-        meta.update({"threshold_tokens": built.threshold_tokens, "n_prfaas": built.n_prfaas,
-                     "n_prefill": built.n_prefill, "n_decode": built.n_decode, "model": str(cfg.model.name),
-                     "link_capacity_gbps": float(cfg.link.capacity_gbps) if built.n_prfaas else math.nan,
-                     "server": lag, "plan": built.plan,
-                     "rebalances": len(getattr(getattr(built.deployment, "rebalancer", None), "decisions", ()))})
-    else:
-        frame = requests_frame(rows).sort_values("request_id", ignore_index=True) if rows else requests_frame([])
-        timeseries = _client_timeseries(frame, label, bin_s)
-        meta.update({"threshold_tokens": math.nan, "n_prfaas": math.nan, "n_prefill": math.nan,
-                     "n_decode": math.nan, "model": model, "link_capacity_gbps": math.nan})
-    health = loadgen_health(result.records, result.loop_lag_ns, open_loop=result.open_loop, time_scale=scale,
-                            max_lateness_ms=float(lg.max_lateness_ms), min_rate_fraction=float(lg.min_rate_fraction),
-                            max_loop_lag_ms=float(lg.max_loop_lag_ms), other_problems=problems)
-    health["cpu_ms_per_request"] = result.cpu_s / max(1, len(result.records)) * 1e3
-    meta["loadgen"] = health
-    if not health["valid"]:
-        print(f"warning: this run is marked invalid (loadgen_valid=false): {health['invalid_reason']}",
-              file=sys.stderr, flush=True)
-    return LiveRunResult(frame, timeseries, meta, extras)
-
-
-def _join_server_records(rows: list[dict], server_records: list[dict], client_ids: dict[int, str],
-                         shift_s: float) -> list[dict]:
-    """Add the emulator's view to each client row (matched through the X-Request-Id header).
-
-    The client's own columns win (its latencies are the measurement); the emulator's other columns
-    are added, its times moved onto the run clock, its latencies kept as server_ttft_s etc.
-    """
-    by_client: dict[str, dict] = {}
-    for rec in server_records:
-        cid = client_ids.get(rec["request_id"])
-        if cid is not None:
-            by_client[cid] = rec
-    for row in rows:
-        rec = by_client.get(str(row["request_id"]))
-        if rec is None:  # refused before it reached the deployment (e.g. a 400)
-            row.setdefault("route", "")
-            continue
-        for key, value in rec.items():
-            if key.endswith("_s") and key not in _SERVER_DURATIONS and isinstance(value, float):
-                value -= shift_s  # a time on the emulator's clock
-            if key in _SERVER_DURATIONS or key in _SERVER_OWN_VIEW:
-                row[f"server_{key}"] = value
-            elif key not in row or (key == "cached_tokens" and not row.get("usage_reported")):
-                row[key] = value
-    return rows
-
-
-def _t_end(frame: pd.DataFrame) -> float:
-    ends = frame[["finish_s", "sent_s"]].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros((0, 2))
-    finite = ends[np.isfinite(ends)]
-    return float(max(finite.max() if finite.size else 0.0, 1e-9))
-
-
-def _deployment_timeseries(frame: pd.DataFrame, built, shift_s: float, bin_s: float) -> pd.DataFrame:
-    """The sim run's time series from the emulator's own stamps, built on its clock (where its link
-    and role logs live), then moved back onto the run clock; `shift_s` is a whole number of bins."""
-    dep = built.deployment
-    on_server = frame.copy()
-    for key in ("arrival_s", "first_token_s", "finish_s"):  # the deployment's queues, not the client's view
-        if f"server_{key}" in on_server.columns:
-            on_server[key] = on_server[f"server_{key}"].fillna(on_server[key])
-    for column in on_server.columns:
-        if column.endswith("_s") and column not in _ROW_DURATIONS and on_server[column].dtype.kind == "f":
-            on_server[column] = on_server[column] + shift_s
-    optional = {name: getattr(dep, attr) for name, attr in (("reverse_link", "reverse_link"),
-                ("roles_log", "roles_log"), ("evictions", "evictions")) if hasattr(dep, attr)}
-    ts = build_timeseries(
-        on_server, deployment=dep.name, t_end=_t_end(frame) + shift_s, bin_s=bin_s, n_prefill=built.n_prefill,
-        n_prfaas=built.n_prfaas, n_decode=built.n_decode, decode_slots=sum(d.bs_max for d in dep.decode),
-        link=dep.cross_link, **optional)
-    ts["t_s"] = ts["t_s"] - shift_s
-    return ts[ts["t_s"] > -bin_s / 2].reset_index(drop=True)
-
-
-def _client_timeseries(frame: pd.DataFrame, label: str, bin_s: float) -> pd.DataFrame:
-    """What a client can see of an external endpoint per bin: requests in flight, arrivals, completions."""
-    t_end = _t_end(frame)
-    n_bins = max(1, int(np.ceil(t_end / bin_s)))
-    edges = np.arange(n_bins + 1, dtype=float) * bin_s
-    sent = frame["sent_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
-    done = frame["done_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
-    finish = frame["finish_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
-    return pd.DataFrame({
-        "deployment": label, "t_s": edges[:-1], "egress_gbps": np.full(n_bins, np.nan),
-        "link_capacity_gbps": np.full(n_bins, np.nan), "in_flight": occupancy(sent, done, edges),
-        "arrivals_per_s": np.histogram(sent[np.isfinite(sent)], edges)[0] / bin_s,
-        "completions_per_s": np.histogram(finish[np.isfinite(finish)], edges)[0] / bin_s,
-    })
+    rows, chunks, warm = [], [], []
+    for record in result.records:
+        row, chunk_rows = _rows(record, t0, scale, load.label, load.mode)
+        if record.warmup:
+            warm.append(row)
+        else:
+            rows.append(row)
+            chunks.extend(chunk_rows)
+    return rows, chunks_frame(chunks), requests_frame(warm) if warm else None

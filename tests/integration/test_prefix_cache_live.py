@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.loadgen.run import run_live
+from harness.runs.http import run_live
 from harness.sim import run_sim
 
 

@@ -1,0 +1,176 @@
+"""Records on disk while a run is still going, the one recording path of every mode.
+
+`RecordStream.add` buffers rows; a background writer turns them into one Parquet part
+(`<file>.parts/part-NNNNNN.parquet`, each written to a temp name and renamed) every `every` rows
+or `every_s` wall seconds, whichever comes first, so a run killed at any moment (SIGKILL included)
+keeps every row added more than one interval before. When the run ends normally its whole file is
+written (atomically) and only then are the parts removed; after a kill, `harness-report` and
+`read_parquet` read the parts. A full disk or an unwritable directory becomes one `OutputError`
+(one line naming the path, exit status 2); the parts already written stay readable.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.frames import requests_frame, write_parquet
+from harness.errors import InputError
+
+
+class OutputError(InputError):
+    """The run directory cannot take what the run must write (full disk, read-only, no permission)."""
+
+
+def output_error(path: Path | str, err: OSError) -> OutputError:
+    reason = err.strerror or str(err) or type(err).__name__
+    return OutputError(f"cannot write {path}: {reason}")
+
+
+class RecordStream:
+    """Rows of one file (`requests.parquet`, `chunks.parquet`), streamed to its parts as they come.
+
+    `add` never writes on the caller's thread; it raises the first write failure (as OutputError)
+    so a run stops at once, and `on_error` (if given) is called from the writer when one happens,
+    for runs whose caller is an event loop that must be told.
+    """
+
+    def __init__(self, path: Path | None, frame: Callable[[Any], pd.DataFrame] = requests_frame, *,
+                 every: int = 5000, every_s: float = 1.0, on_error: Callable[[OutputError], object] | None = None) -> None:
+        if every < 1 or not every_s > 0:
+            raise InputError(f"recording.flush_every must be >= 1 and recording.flush_s > 0, got {every}, {every_s}")
+        self.path = path
+        self.frame = frame
+        self.every, self.every_s = int(every), float(every_s)
+        self.on_error = on_error
+        self.written = 0
+        self.error: OutputError | None = None
+        self._buffer: list[dict] = []
+        self._lock = threading.Lock()  # one writer at a time (the part numbering)
+        self._swap = threading.Lock()  # held only to append a row or take the buffer
+        self._kick = threading.Event()
+        self._closed = False
+        self._index = 0
+        self._thread: threading.Thread | None = None
+        if path is not None:
+            self._thread = threading.Thread(target=self._writer, name=f"record-stream:{path.name}", daemon=True)
+            self._thread.start()
+
+    @property
+    def parts_dir(self) -> Path | None:
+        return self.path.with_name(self.path.name + ".parts") if self.path is not None else None
+
+    def add(self, row: dict) -> None:
+        if self.path is None:
+            return
+        if self.error is not None:
+            raise self.error
+        with self._swap:
+            self._buffer.append(row)
+            n = len(self._buffer)
+        if n >= self.every:
+            self._kick.set()
+
+    def _writer(self) -> None:
+        while not self._closed:
+            self._kick.wait(self.every_s)
+            self._kick.clear()
+            try:
+                self.flush()
+            except OutputError as err:
+                if self.on_error is not None:
+                    self.on_error(err)
+                return
+
+    def flush(self) -> None:
+        """Write what is buffered as one more part (on the calling thread)."""
+        parts_dir = self.parts_dir
+        if parts_dir is None:
+            return
+        with self._lock:
+            if self.error is not None:
+                raise self.error
+            with self._swap:
+                batch, self._buffer = self._buffer, []
+            if not batch:
+                return
+            part = parts_dir / f"part-{self._index:06d}.parquet"
+            try:
+                write_parquet(self.frame(batch), part)
+            except OSError as err:
+                self.error = output_error(part, err)
+                raise self.error from err
+            self._index += 1
+            self.written += len(batch)
+
+    def close(self) -> None:
+        """Stop the writer and write what is left; raises OutputError if anything could not be written."""
+        self._closed = True
+        self._kick.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+    def abort(self) -> None:
+        """Stop the writer without raising (the run is failing for another reason): write what it can."""
+        try:
+            self.close()
+        except OutputError:
+            pass
+
+    def read(self) -> pd.DataFrame:
+        """Everything streamed so far (after `close`), read back from the parts."""
+        parts = sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir is not None else []
+        if not parts:
+            return self.frame([])
+        return self.frame(pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True))
+
+    def discard_parts(self) -> None:
+        """The run finished and wrote its whole file: the parts are redundant."""
+        if self.parts_dir is not None:
+            shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+
+@contextmanager
+def writing_to(path: Path | str) -> Iterator[None]:
+    """Writing the run's final files: an OSError (full disk, read-only directory) is one OutputError."""
+    try:
+        yield
+    except OSError as err:
+        raise output_error(getattr(err, "filename", None) or path, err) from err
+
+
+def streams_from(cfg: Any, run_dir: Path | None, *names: str, frames: dict[str, Callable[[Any], pd.DataFrame]] | None = None,
+                 on_error: Callable[[OutputError], object] | None = None) -> dict[str, RecordStream]:
+    """One stream per file name (`requests`, `chunks`, ...) in run_dir, flushed as `recording.*` says."""
+    rec = cfg.get("recording") if hasattr(cfg, "get") else None
+    every = int(rec.flush_every) if rec is not None else 5000
+    every_s = float(rec.flush_s) if rec is not None else 1.0
+    frames = frames or {}
+    return {name: RecordStream(run_dir / f"{name}.parquet" if run_dir is not None else None,
+                               frames.get(name, requests_frame), every=every, every_s=every_s, on_error=on_error)
+            for name in names}
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt (as SIGINT already is) for the duration of a run."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,86 @@
+"""`harness-serve`'s run: the emulated deployment behind the OpenAI-compatible server until stopped.
+
+The server keeps in memory only what `/metrics` needs: each request's record streams to
+`requests.parquet.parts/` as it ends (the deployment and the live engine keep none), so a server
+that runs for a week holds no more than one flush of records, and a kill keeps what it served. On
+SIGINT/SIGTERM it fails whatever is still in flight, stops, and writes the run directory
+(requests/timeseries/summary .parquet, summary.json) from the parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from harness.analysis.summary import write_run
+from harness.analysis.timeseries import build_timeseries
+from harness.runs.recording import OutputError, RecordStream, streams_from, writing_to
+
+
+async def serve(cfg: DictConfig, run_dir: Path, *, stop: asyncio.Event | None = None,
+                on_listening: Callable[[Any], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or `stop` is set); `on_listening(server)` once it accepts connections
+    (default: print `listening on URL`)."""
+    from harness.live.server import start_server
+
+    server = await start_server(cfg)
+    stop = asyncio.Event() if stop is None else stop
+    loop = asyncio.get_running_loop()
+    streams = streams_from(cfg, run_dir, "requests", on_error=lambda err: loop.call_soon_threadsafe(stop.set))
+    stream = streams["requests"]
+    server.built.deployment.keep_records = False
+
+    def sink(record: dict) -> None:  # runs inside the emulator's timers: it must not raise
+        try:
+            stream.add(record)
+        except OutputError:
+            stop.set()
+
+    server.engine.record_sink = sink
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
+            pass
+    if on_listening is not None:
+        on_listening(server)
+    else:
+        print(f"listening on {server.url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        try:
+            await server.stop()
+        finally:
+            await asyncio.to_thread(stream.abort if stream.error is not None else stream.close)
+    if stream.error is not None:
+        raise stream.error
+    if stream.written:
+        await asyncio.to_thread(_write_served, cfg, server, run_dir, stream)
+
+
+def _write_served(cfg: DictConfig, server, run_dir: Path, stream: RecordStream) -> None:
+    built, clock = server.built, server.clock
+    frame = stream.read().sort_values("request_id", ignore_index=True)
+    dep = built.deployment
+    timeseries = build_timeseries(frame, deployment=dep.name, t_end=max(clock.now(), 1e-9),
+                                  bin_s=float(cfg.analysis.timeseries.bin_s), n_prefill=built.n_prefill,
+                                  n_prfaas=built.n_prfaas, n_decode=built.n_decode,
+                                  decode_slots=sum(d.bs_max for d in dep.decode), link=dep.cross_link)
+    meta = {"deployment": dep.name, "mode": "serve", "threshold_tokens": built.threshold_tokens,
+            "n_prfaas": built.n_prfaas, "n_prefill": built.n_prefill, "n_decode": built.n_decode,
+            "model": str(cfg.model.name), "time_scale": clock.time_scale, "server_events": clock.events_run,
+            "server_lag_max_ms": clock.max_lag_s / clock.time_scale * 1e3, "plan": built.plan}
+    with writing_to(run_dir):
+        write_run(run_dir, frame, timeseries, meta, cfg.analysis)
+    stream.discard_parts()
+    print(f"served {len(frame)} requests; records: {run_dir}", flush=True)

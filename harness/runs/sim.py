@@ -1,0 +1,151 @@
+"""Sim mode: drive an emulated deployment with a workload in virtual time.
+
+Open loop: each request is injected at its arrival offset (the arrival process of the workload,
+at `loadgen.rate_rps` when set). Closed loop (`loadgen.concurrency=C`): C requests in flight;
+each completion sends the next request at once (see harness/runs/offer.py). Arrivals are chained
+one timer at a time, so the event heap stays small however long the trace. Records stream to
+`requests.parquet.parts/` as requests end (harness/runs/recording.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from harness.analysis.frames import requests_frame
+from harness.analysis.timeseries import build_timeseries
+from harness.clock import VirtualClock
+from harness.deploy.build import build
+from harness.runs.offer import make_offer
+from harness.runs.recording import RecordStream, stop_on_signals, streams_from
+from harness.workload.request import Request
+
+
+@dataclass
+class RunResult:
+    requests: pd.DataFrame
+    timeseries: pd.DataFrame
+    meta: dict[str, Any]
+    streams: dict[str, RecordStream] = field(default_factory=dict, repr=False)  # streamed parts to discard
+    extras: dict[str, pd.DataFrame] = field(default_factory=dict)  # more files of the run (chunks, warmup)
+
+
+def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], stop_s: float | None) -> None:
+    it = iter(requests)
+
+    def inject(request: Request) -> None:
+        deployment.submit(request)
+        schedule_next()
+
+    def schedule_next() -> None:
+        request = next(it, None)
+        if request is None or (stop_s is not None and request.arrival_s > stop_s):
+            return
+        clock.call_at(request.arrival_s, lambda: inject(request))
+
+    schedule_next()
+
+
+def _offer_closed_loop(clock: VirtualClock, deployment, requests: list[Request], concurrency: int,
+                       stop_s: float | None) -> None:
+    it = iter(requests)
+
+    def send() -> None:
+        request = next(it, None)
+        if request is None or (stop_s is not None and clock.now() > stop_s):
+            return
+        deployment.submit(dataclasses.replace(request, arrival_s=clock.now()))
+
+    previous = deployment.on_record
+
+    def on_record(record: dict) -> None:
+        if previous is not None:
+            previous(record)
+        send()
+
+    deployment.on_record = on_record
+    for _ in range(concurrency):
+        clock.call_at(0.0, send)
+
+
+def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
+    """Run one configuration in virtual time; with `run_dir`, stream records to its
+    requests.parquet.parts/ as they end (the caller writes the final files, then discards the parts).
+
+    SIGINT/SIGTERM stop the run: every request already sent is recorded (the unfinished ones as
+    interrupted) and the result says how far it got (`meta["interrupted"]`, `meta["offered"]`).
+    """
+    offer = make_offer(cfg)
+    requests, concurrency = offer.requests, offer.concurrency
+    clock = VirtualClock()
+    built = build(cfg, clock, mode="sim")
+    deployment = built.deployment
+
+    streams = streams_from(cfg, run_dir, "requests")
+    stream = streams["requests"]
+    bar = tqdm(total=len(requests), desc=f"sim {deployment.name}", unit="req", leave=False,
+               disable=None if cfg.loadgen.progress else True, mininterval=0.5)
+
+    def on_record(record: dict) -> None:
+        bar.update(1)
+        stream.add(record)
+
+    deployment.on_record = on_record
+    stop_s = offer.max_duration_s
+    if concurrency is not None:
+        _offer_closed_loop(clock, deployment, requests, int(concurrency), stop_s)
+    else:
+        _offer_open_loop(clock, deployment, requests, stop_s)
+    interrupted = False
+    try:
+        try:
+            with stop_on_signals():
+                clock.run()
+        except KeyboardInterrupt:
+            interrupted = True
+        deployment.close("interrupted: the run was stopped" if interrupted else
+                         "run ended before the request completed")
+        stream.close()
+    except BaseException:
+        stream.abort()  # a full disk or a crash: what could be written stays readable in the parts
+        raise
+    finally:
+        bar.close()
+
+    frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+    finishes = frame["finish_s"].dropna()
+    t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
+    timeseries = build_timeseries(
+        frame, deployment=deployment.name, t_end=t_end, bin_s=float(cfg.analysis.timeseries.bin_s),
+        n_prefill=built.n_prefill, n_prfaas=built.n_prfaas, n_decode=built.n_decode,
+        decode_slots=sum(d.bs_max for d in deployment.decode), link=deployment.cross_link,
+        reverse_link=deployment.reverse_link, roles_log=deployment.roles_log, evictions=deployment.evictions,
+    )
+    meta = {
+        "deployment": deployment.name,
+        "mode": "sim",
+        "offered_rps": offer.offered_rps,
+        "concurrency": concurrency,
+        "threshold_tokens": built.threshold_tokens,
+        "n_prfaas": built.n_prfaas,
+        "n_prefill": built.n_prefill,
+        "n_decode": built.n_decode,
+        "workload": str(cfg.workload.name),
+        "model": str(cfg.model.name),
+        "link_capacity_gbps": float(cfg.link.capacity_gbps) if built.n_prfaas else math.nan,
+        "seed": cfg.workload.get("seed"),
+        "sim_events": clock.events_run,
+        "interrupted": interrupted,
+        "offered": len(deployment.records),
+        "stopped_at_s": clock.now(),
+        "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
+        "plan": built.plan,
+    }
+    return RunResult(frame, timeseries, meta, streams)
