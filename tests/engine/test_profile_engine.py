@@ -1,0 +1,65 @@
+"""`harness-profile` against the real engine: a small design, and the profile it writes predicts
+held-out probes (lengths and a batch size it never fitted) within 10%, and loads as a profile.
+
+The probes are timed on the engine's CPU clock (`profile.clock=cpu`, the single-threaded server's
+CPU seconds): on this shared 2-core machine the wall clock of the server (its own timings included)
+stretches 2-6x with the other processes' load, which no fit can predict; the CPU clock does not.
+The wall-clock version of the check needs a quiet machine (reported by `harness-profile`, not asserted).
+
+The decode held-out batch is measured and reported but not held to 10% here: this engine's step is
+not linear in the batch (1 thread, CPU clock: ~2.4 ms alone, ~7.0 / 7.8 / 8.5 ms for 2 / 3 / 4 streams
+of 64-token prompts: a fast single-sequence path), so the cost model's linear form misses batch 1 and
+its prediction for batch 3 lands 5-20% off depending on the context. That is a finding about the
+model form (reported in profile.json and the written provenance), not a tolerance to widen.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from .conftest import BUILD_TIMEOUT, SLOTS
+from .test_engine import run_python
+
+# The first test of a session may build the engine (~10-20 min on 2 cores) when `make engine` has not.
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT)
+
+SMALL_DESIGN = [
+    "profile.name=engine_test", "profile.prefill.lengths=[128,256,512,1024]", "profile.prefill.repeats=2",
+    "profile.prefill.holdout_lengths=[384,768]", "profile.prefill.holdout_repeats=3",
+    "profile.cached.prefix_tokens=[512]", "profile.cached.new_tokens=[64]", "profile.cached.repeats=1",
+    "profile.decode.prompt_tokens=[64,768]", "profile.decode.output_tokens=48", "profile.decode.repeats=1",
+    "profile.decode.holdout_batches=[3]", "profile.slot_probe.max_concurrency=6",
+    "profile.slot_probe.output_tokens=24",
+]
+
+
+def test_harness_profile_fits_the_engine_and_predicts_held_out_probes(engine_server, tmp_path):
+    proc = run_python("-m", "harness.profile", f"target.url={engine_server.url}", *SMALL_DESIGN, "profile.clock=cpu",
+                      f"profile.engine_pid={engine_server.process.pid}", f"hydra.run.dir={tmp_path}", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    assert doc["errors"] == 0
+    assert doc["slots"] == {"declared": SLOTS, "probed": SLOTS, "used": SLOTS}
+    # The engine's step grows with the batch: a constant step would be the wrong model.
+    steps = doc["decode"]["median_step_s"]
+    assert steps["4x64"] > 1.5 * steps["1x64"] and steps["4x768"] > 1.5 * steps["1x768"]
+    assert doc["decode"]["per_seq_s"] > 0
+    checks = {(c["probe"], c.get("batch"), c["input_tokens"]): c for c in doc["holdout"]}
+    assert {("prefill", None, 384), ("prefill", None, 768), ("decode", 3, 64), ("decode", 3, 768)} == set(checks)
+    for c in doc["holdout"]:
+        if c["probe"] == "prefill":
+            assert abs(c["rel_error"]) <= 0.10, c
+        else:
+            assert c["measured_s"] > 0 and c["predicted_s"] > 0 and c["pass"] == (abs(c["rel_error"]) <= 0.10)
+    model = yaml.safe_load((tmp_path / "model" / "engine_test.yaml").read_text())
+    assert model["name"] == "engine_test"
+    assert model["full_attention"] == {"layers": 6, "kind": "gqa", "q_heads": 6, "kv_heads": 6, "k_head_dim": 64,
+                                       "v_head_dim": 64}  # the GGUF's own dims
+    prof = model["profiles"]["cpu_local"]
+    assert prof["prefill"]["kind"] == "polynomial" and len(prof["prefill"]["coefficients"]) == 3
+    assert prof["decode"]["kind"] == "linear" and prof["decode"]["bs_max"] == SLOTS
+    assert {"engine", "model_file", "date", "machine", "prefill", "decode", "design"} <= set(model["provenance"])
+    assert "InstanceProfile(engine_test on 1xcpu_local" in doc["loads_as"]  # build_profile took it
