@@ -69,6 +69,7 @@ REQUEST_COLUMNS: dict[str, Column] = {
 TIMESERIES_COLUMNS: dict[str, Column] = {
     "deployment": Column("string", "", True),
     "t_s": Column("float64", "s", True),
+    "bin_s": Column("float64", "s", doc="width of the bin: analysis.timeseries.bin_s, widened on long spans"),
     "egress_gbps": Column("float64", "Gbps", True, "cross-DC KV egress, 1e9 bit/s"),
     "link_capacity_gbps": Column("float64", "Gbps"),
     "prefill_queue_local": Column("float64", "requests"),
