@@ -71,15 +71,14 @@ def _table(stats: dict[str, Any]) -> str:
 
 def _stats(args: argparse.Namespace) -> None:
     from harness.workload.base import resolve_path
-    from harness.workload.formats import load_trace
-    from harness.workload.stats import trace_stats
+    from harness.workload.stats import stream_trace_stats
 
     for capacity in args.lru_blocks:
         if capacity < 1:
             raise InputError(f"--lru-blocks must be positive integers, got {capacity}")
-    requests, report = load_trace(resolve_path(args.file), args.format, args.block_tokens)
+    # Streamed: memory follows the requests' count and the distinct blocks, not the file's size.
+    stats, report = stream_trace_stats(resolve_path(args.file), args.format, args.block_tokens, args.lru_blocks)
     _note(report.lines())
-    stats = trace_stats(requests, args.block_tokens, args.lru_blocks)
     print(json.dumps(stats) if args.json else _table(stats))
 
 

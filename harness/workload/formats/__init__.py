@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from harness.errors import InputError, choices
 from harness.workload.formats import azure, mooncake, parquet
 from harness.workload.formats.common import LoadReport
 from harness.workload.request import Request
 
-__all__ = ["FORMATS", "LoadReport", "detect_format", "load_trace", "read_trace", "write_trace"]
+__all__ = ["FORMATS", "LoadReport", "detect_format", "load_trace", "open_chunks", "read_trace", "write_trace"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,6 +54,19 @@ def load_trace(path: str | Path, fmt: str | None = None, block_tokens: int = 512
     if not path.exists():
         raise InputError(f"{path}: no such file")
     return module.read(path, block_tokens)
+
+
+def open_chunks(path: str | Path, fmt: str | None = None, block_tokens: int = 512) -> tuple[ModuleType, LoadReport]:
+    """The reader module of `path` (its `chunks(path, rows, report)` yields Columns) and an empty report;
+    the same up-front checks as `load_trace`."""
+    path = Path(path)
+    name = detect_format(path, fmt)
+    _check_block_tokens(block_tokens)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a trace file")
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    return FORMATS[name], LoadReport(str(path), name)
 
 
 def read_trace(path: str | Path, fmt: str | None = None, block_tokens: int = 512) -> list[Request]:
