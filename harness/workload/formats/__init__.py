@@ -7,6 +7,7 @@ unless `fmt` names it. Bad input raises InputError naming the file, line (or row
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -83,4 +84,13 @@ def write_trace(requests: Sequence[Request], path: str | Path, fmt: str | None =
     module = FORMATS[detect_format(path, fmt)]
     if not path.parent.exists():
         raise InputError(f"{path}: directory {path.parent} does not exist")
-    module.write(requests, path)
+    # A temp name beside the output (same suffix, so .gz still compresses), then a rename: a reader
+    # sees the old file or the whole new one, never a truncated one, and the input is never touched.
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        module.write(requests, tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write the trace ({err.strerror or err}); nothing was written") from err
+    finally:
+        tmp.unlink(missing_ok=True)
