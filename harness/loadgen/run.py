@@ -77,15 +77,17 @@ def _stop_on_signals() -> Iterator[asyncio.Event]:
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
+            previous = signal.getsignal(sig)
             loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+            installed.append((sig, previous))
         except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
             pass
     try:
         yield stop
     finally:
-        for sig in installed:
+        for sig, previous in installed:
             loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)  # the command's own handler again
 
 
 def _offer(cfg: DictConfig) -> tuple[list, int | None, float | None]:
