@@ -11,9 +11,11 @@ SIGTERM), each with one stderr line: `run_command` (argparse commands) and `harn
 
 from __future__ import annotations
 
+import argparse
 import errno
 import functools
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterable
@@ -67,6 +69,7 @@ EXIT_INTERRUPTED = 130  # SIGINT or SIGTERM, at any moment from start-up to exit
 # that does not exist): bad input, not a crash.
 _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOENT, errno.ENOTDIR,
                 errno.EISDIR, errno.ENAMETOOLONG, errno.EEXIST}
+_WRITE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -154,12 +157,23 @@ def forget_interrupt() -> None:
     exec("pass", {})  # noqa: S102
 
 
-def path_error(err: OSError) -> str | None:
-    """One line for an OS error about a user-chosen path (see _PATH_ERRNOS); None for anything else."""
-    if not isinstance(err, OSError) or err.errno not in _PATH_ERRNOS:
-        return None
-    where = f"{err.filename}: " if err.filename else ""
-    return one_line(f"{where}{err.strerror or err}")
+def path_error(err: BaseException | None) -> str | None:
+    """One line for an OS error about a user-chosen path (see _PATH_ERRNOS), found in `err` or what
+    caused it (Hydra's log set-up wraps it in a ValueError); None for anything else."""
+    seen = 0
+    while err is not None and seen < 20:
+        if isinstance(err, OSError):
+            code = err.errno
+            if code is None:  # pyarrow: "... Detail: [errno 28] No space left on device"
+                found = re.search(r"\[errno (\d+)\]", str(err))
+                code = int(found.group(1)) if found else None
+            if code in _PATH_ERRNOS:
+                text = (err.strerror or os.strerror(code)) if err.errno else str(err)
+                if err.filename:
+                    return one_line(f"{err.filename}: {text}")
+                return one_line(f"cannot write an output file: {text}" if code in _WRITE_ERRNOS else text)
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
 
 
 def _input_cause(err: BaseException) -> InputError | None:
@@ -225,10 +239,9 @@ def exit_status(err: BaseException, prog: str) -> tuple[int, str]:
     cause = _input_cause(err)
     if cause is not None:
         return EXIT_BAD_INPUT, f"error: {one_line(str(cause))}"
-    if isinstance(err, OSError):
-        line = path_error(err)
-        if line is not None:
-            return EXIT_BAD_INPUT, f"error: {line}"
+    line = path_error(err)
+    if line is not None:
+        return EXIT_BAD_INPUT, f"error: {line}"
     if isinstance(err, MemoryError):
         return EXIT_FAILED, f"error: {prog} ran out of memory{crash_site(err)}"
     return EXIT_FAILED, f"error: {describe_crash(err, prog)}"
@@ -265,3 +278,11 @@ def _write_line(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # stderr closed or a broken pipe: the status still says it
         pass
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a usage error as one line (`error: PROG: ... (see PROG --help)`) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        _write_line(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)")
+        raise SystemExit(EXIT_BAD_INPUT)

@@ -229,7 +229,7 @@ def _status(err: BaseException, prog: str, overrides: list[str], job: str | None
         return EXIT_BAD_INPUT, f"error: {where}{one_line(str(cause))}"
     if _is_config_error(err):
         return EXIT_BAD_INPUT, f"error: {where}{fold_hydra_error(err, overrides)}"
-    line = path_error(err) if isinstance(err, OSError) else None
+    line = path_error(err)
     if line is not None:
         return EXIT_BAD_INPUT, f"error: {where}{line}"
     return 1, f"error: {where}{describe_crash(err, prog)}"

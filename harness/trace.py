@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from harness.errors import InputError, fail
+from harness.errors import ArgumentParser, InputError, run_command
 
 _log = logging.getLogger("harness.trace")
 
@@ -127,7 +127,7 @@ def _generate(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness-trace", description="Inspect, convert and generate request "
+    parser = ArgumentParser(prog="harness-trace", description="Inspect, convert and generate request "
                                      "traces (Mooncake .jsonl[.gz], Azure-style .csv[.gz], harness .parquet).")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{stats,convert,generate}")
 
@@ -168,12 +168,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="note: %(message)s", stream=sys.stderr)
-    try:
+    def body() -> None:
+        args = _parser().parse_args(argv)
+        logging.basicConfig(level=logging.WARNING, format="note: %(message)s", stream=sys.stderr)
         args.run(args)
-    except InputError as err:
-        fail(str(err))
+
+    run_command(body, "harness-trace")
 
 
 if __name__ == "__main__":

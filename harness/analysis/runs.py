@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from harness.analysis.frames import read_table
 from harness.errors import InputError, choices
 
 SUMMARY_FILE = "summary.parquet"
@@ -90,7 +91,7 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
     roots = [Path(r) for r in roots]
     rows = []
     for run_dir in find_run_dirs(roots):
-        summary = pd.read_parquet(run_dir / SUMMARY_FILE)
+        summary = read_table(run_dir / SUMMARY_FILE)
         if len(summary) != 1:
             raise InputError(f"{run_dir / SUMMARY_FILE}: expected one row, found {len(summary)}")
         row = summary.iloc[0].to_dict()
@@ -105,7 +106,7 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         if not existing:
             raise InputError(f"no run directory (a folder with {SUMMARY_FILE}) and no {REPORT_FILE} under "
                              f"{choices(roots)}")
-        return pd.concat([pd.read_parquet(p) for p in existing], ignore_index=True)
+        return pd.concat([read_table(p) for p in existing], ignore_index=True)
     report = pd.DataFrame(rows)
     report["load_rps"] = load_rps(report)
     return report
@@ -187,12 +188,12 @@ def deployments(report: pd.DataFrame) -> list[str]:
 def read_requests(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
     """A run's requests.parquet, or None when it is not there (a report moved away from its runs)."""
     path = Path(str(run_dir)) / "requests.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
+    return read_table(path) if path.is_file() else None
 
 
 def read_timeseries(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
     path = Path(str(run_dir)) / "timeseries.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
+    return read_table(path) if path.is_file() else None
 
 
 def find_files(roots: Sequence[str | os.PathLike[str]], name: str) -> list[Path]:

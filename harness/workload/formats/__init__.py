@@ -93,4 +93,7 @@ def write_trace(requests: Sequence[Request], path: str | Path, fmt: str | None =
     except OSError as err:
         raise InputError(f"{path}: cannot write the trace ({err.strerror or err}); nothing was written") from err
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only filesystem refuses even this
+            pass
