@@ -154,7 +154,10 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
 
         @functools.wraps(task)
         def body(cfg: Any) -> Any:
+            from harness.schema import validate_config
+
             try:
+                validate_config(cfg)  # every value in its range, before anything runs
                 return task(cfg)
             except Exception as err:
                 if _input_cause(err) is None and not _is_config_error(err) and path_error(err) is None \
