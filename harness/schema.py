@@ -157,7 +157,7 @@ RANGES: tuple[Range, ...] = (
     Range("analysis.warmup_fraction", 0, 1, "[)"),
     Range("analysis.slo.ttft_s", 0, ends="(]"),
     Range("analysis.slo.tpot_s", 0, ends="(]"),
-    Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate; inf saturates"),
+    Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate"),
     Range("loadgen.concurrency", 1, integer=True, nullable=True, null="open loop"),
     Range("loadgen.saturation_in_flight", 1, integer=True),
     Range("loadgen.max_duration_s", 0, ends="(]", nullable=True, null="no limit"),
