@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test plan bench clean
+.PHONY: install run test test-busy plan bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ plan: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The suite with two CPU-burning processes beside it: the check that no test depends on a quiet machine.
+test-busy: $(STAMP)
+	PY=$(PY) tools/busy_test.sh
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py

@@ -175,6 +175,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
 
                 from harness.schema import register_configs
 
+                _select_help(task.__module__)
                 args = _parse_args_or_exit(prog)
                 register_configs()
                 hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
@@ -236,3 +237,12 @@ def _status(err: BaseException, prog: str, overrides: list[str], job: str | None
     if line is not None:
         return EXIT_BAD_INPUT, f"error: {where}{line}"
     return 1, f"error: {where}{describe_crash(err, prog)}"
+
+
+def _select_help(module: str) -> None:
+    """`--help` shows this command's own page (conf/hydra/help/<command>.yaml), not Hydra's config dump."""
+    spec = getattr(sys.modules.get(module), "__spec__", None)  # `python -m harness.plan`: __main__ -> harness.plan
+    name = (spec.name if spec is not None else module).rsplit(".", 1)[-1]
+    name = "harness" if name in ("cli", "__main__") else name
+    if ("--help" in sys.argv or "-h" in sys.argv) and (Path(CONF_DIR) / "hydra" / "help" / f"{name}.yaml").exists():
+        sys.argv.insert(1, f"hydra/help={name}")

@@ -43,6 +43,13 @@ class LoadgenConfig:
     max_lateness_ms: float = 10.0  # P99 send lateness (wall ms) above this marks the run invalid
     min_rate_fraction: float = 0.95  # achieved / target send rate below this marks the run invalid
     max_loop_lag_ms: float = 20.0  # P99 event-loop lag (wall ms) above this marks the run invalid
+    # Open loop with a cap (vLLM's --max-concurrency): at most this many in flight; a request due
+    # while the cap is reached waits in the client (its queue_s is reported). null: no cap.
+    max_concurrency: int | None = None
+    ramp_up_s: float | None = None  # linear ramp: the arrival rate grows from ramp_up_start_fraction x rate
+    ramp_up_start_fraction: float = 0.0  # to the full rate over the first ramp_up_s run-clock seconds
+    ramp_up_strategy: str = "linear"  # linear | exponential (vLLM's --ramp-up-strategy names; exponential needs a start > 0)
+    status_every_s: float = 10.0  # wall seconds between one-line status reports on stderr (0: none)
 
 
 @dataclass
@@ -57,6 +64,12 @@ class TargetConfig:
     token_id_min: int = 1000  # prompt token ids are drawn from [token_id_min, token_id_max)
     token_id_max: int = 30000  # (clear of special tokens in common vocabularies)
     max_connections: int = 0  # HTTP connection pool size; 0: unlimited
+    # Emulated seconds per wall second of the target; null: what the server announces
+    # (harness-serve's X-Harness-Time-Scale header, /health, /v1/models), else 1 (real time).
+    time_scale: float | None = None
+    api_key: str | None = None  # sent as `Authorization: Bearer <api_key>`
+    headers: Any = None  # {Name: value}; extra HTTP headers on every request: {Name: value}
+    extra_body: Any = None  # {field: value}; extra JSON fields merged into every request body
 
 
 @dataclass
@@ -72,6 +85,11 @@ class ServerConfig:
     stream_interval_tokens: int | None = None
     max_body_bytes: int = 33554432  # request bodies beyond this get a 413
     max_lag_ms: float = 50.0  # live runs: P99 emulator timer lag (wall ms) above this marks the run invalid
+    # How text prompts are counted (token-id prompts are taken as sent): tokens per whitespace word
+    # ([assumed] 1.0; ~1.3 matches BPE/WordPiece vocabularies on English prose), or a local
+    # tokenizer.json (needs the `tokenizers` package; overrides tokens_per_word).
+    tokens_per_word: float = 1.0
+    tokenizer_file: str | None = None
 
 
 @dataclass
@@ -107,6 +125,11 @@ def register_configs() -> None:
     cs.store(name="base_config", node=RootConfig)
     for part in _PARTS:
         importlib.import_module(part).register(cs)
+    from omegaconf import OmegaConf
+
+    from harness.loadgen.settings import run_label
+
+    OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
     _registered = True
 
 

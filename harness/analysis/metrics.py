@@ -1,6 +1,8 @@
 """Metrics as functions of the per-request frame (and the time-series frame), units declared once.
 
-A request *completed* when it has no error and a finite finish time; everything else *failed*.
+A request *completed* when it has no error and a finite finish time; everything else *failed*,
+except a request still in flight when a live/url run was stopped (`interrupted`): it counts in
+`n_requests` and `interrupted`, never in `failed` nor SLO attainment (the target did not fail it).
 Failed requests count in `n_requests`, `failed` and against SLO attainment, never in latency
 statistics. Percentiles use numpy's linear interpolation (the convention of `vllm bench serve`).
 """
@@ -24,7 +26,8 @@ class Metric:
 METRICS: dict[str, Metric] = {
     "n_requests": Metric("requests", "requests", "requests offered"),
     "completed": Metric("requests", "requests", "requests with no error and a finish time"),
-    "failed": Metric("requests", "requests", "n_requests - completed"),
+    "failed": Metric("requests", "requests", "n_requests - completed - interrupted"),
+    "interrupted": Metric("requests", "requests", "requests in flight when the run was stopped (not failures)"),
     "throughput_rps": Metric("req/s", "req/s", "completed / duration_s"),
     "output_tokens_per_s": Metric("tok/s", "tok/s", "output tokens of completed requests / duration_s"),
     "total_tokens_per_s": Metric("tok/s", "tok/s", "input + output tokens of completed requests / duration_s"),
@@ -104,6 +107,17 @@ def completed_mask(df: pd.DataFrame) -> np.ndarray:
 
 def n_completed(df: pd.DataFrame) -> int:
     return int(completed_mask(df).sum())
+
+
+def interrupted_mask(df: pd.DataFrame) -> np.ndarray:
+    """True for requests cut off by stopping the run (column `interrupted`; none when absent)."""
+    if "interrupted" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df["interrupted"].fillna(False).to_numpy(dtype=bool) & ~completed_mask(df)
+
+
+def n_interrupted(df: pd.DataFrame) -> int:
+    return int(interrupted_mask(df).sum())
 
 
 def duration_s(df: pd.DataFrame) -> float:
@@ -201,8 +215,10 @@ def slo_met_mask(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> np.n
 
 
 def slo_attainment(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
-    """Share of all requests (failed ones count as misses) meeting both SLOs."""
-    return float(slo_met_mask(df, ttft_slo_s, tpot_slo_s).mean()) if len(df) else float("nan")
+    """Share of requests (failed ones count as misses, interrupted ones not at all) meeting both SLOs."""
+    counted = ~interrupted_mask(df)
+    met = slo_met_mask(df, ttft_slo_s, tpot_slo_s)[counted]
+    return float(met.mean()) if met.size else float("nan")
 
 
 def goodput_rps(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
@@ -281,6 +297,59 @@ def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = 
     win = _in_window(ts, start_s, end_s)
     cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]
     return {f"{prefix}{c}_mean": mean(_values(win, c)) for c in cols}
+
+
+def vllm_stats(values_s: np.ndarray, name: str, percentiles: tuple[float, ...]) -> dict[str, float]:
+    """`mean_<name>_ms`, `median_..`, `std_..` and `p<q>_<name>_ms` as `vllm bench serve` names them
+    (q printed as an integer when it is one: p99, p99.9). NaN when there are no values."""
+    v = _finite(np.asarray(values_s, dtype=float)) * 1e3
+    nan = float("nan")
+    out = {f"mean_{name}_ms": float(v.mean()) if v.size else nan,
+           f"median_{name}_ms": float(np.median(v)) if v.size else nan,
+           f"std_{name}_ms": float(v.std()) if v.size else nan}
+    for q in percentiles:
+        word = str(int(q)) if int(q) == q else str(q)
+        out[f"p{word}_{name}_ms"] = float(np.percentile(v, q)) if v.size else nan
+    return out
+
+
+def chunk_gaps_s(chunks: pd.DataFrame) -> np.ndarray:
+    """Inter-token latencies as `vllm bench serve` measures them: the gaps between consecutive
+    token-bearing chunks of each request (chunks frame: request_id, chunk, t_s), all requests pooled."""
+    if chunks is None or len(chunks) == 0:
+        return np.zeros(0)
+    c = chunks.sort_values(["request_id", "chunk"], kind="stable")
+    t = c["t_s"].to_numpy(dtype=float)
+    rid = c["request_id"].to_numpy()
+    same = rid[1:] == rid[:-1]
+    return np.diff(t)[same]
+
+
+def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tuple[float, int]:
+    """(max output tokens in any 1-second bin, max requests active in any bin), bins from the first
+    arrival, as `vllm bench serve` computes max_output_tokens_per_s / max_concurrent_requests. A chunk
+    counts output_tokens / n_chunks tokens of its request (vLLM counts one per chunk)."""
+    done = completed_mask(requests)
+    if chunks is None or len(chunks) == 0 or not done.any():
+        return float("nan"), 0
+    req = requests[done]
+    start = _values(req, "arrival_s")
+    t0 = float(np.nanmin(start))
+    end = _values(req, "finish_s")
+    n_bins = int(np.ceil(np.nanmax(end) - t0)) + 1
+    n_chunks = _values(req, "n_chunks")
+    n_chunks = np.where(np.isfinite(n_chunks) & (n_chunks > 0), n_chunks, 1.0)
+    per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks))
+    c = chunks[chunks["request_id"].isin(per_chunk)]
+    weights = c["request_id"].map(per_chunk).to_numpy(dtype=float)
+    bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)
+    ok = (bins >= 0) & (bins < n_bins)
+    tokens = np.bincount(bins[ok], weights=weights[ok], minlength=n_bins)
+    active = np.zeros(n_bins + 1, dtype=int)
+    first, last = np.floor(start - t0).astype(int), np.floor(end - t0).astype(int)
+    np.add.at(active, np.clip(first, 0, n_bins), 1)
+    np.add.at(active, np.clip(last + 1, 0, n_bins), -1)
+    return float(tokens.max()), int(np.cumsum(active)[:n_bins].max())
 
 
 def capacity_rps(report: pd.DataFrame, deployment: str) -> float:

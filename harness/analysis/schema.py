@@ -27,6 +27,8 @@ class AnalysisConfig:
     # Share of the arrival span excluded at the start of steady-state metrics (pipeline fill).
     warmup_fraction: float = 0.2
     figures: bool = True  # write PNG figures with the report and next to each run
+    # Percentiles in summary.json's vLLM keys (p<q>_ttft_ms, p99.9_itl_ms, ...), vLLM's --metric-percentiles.
+    percentiles: list[float] = field(default_factory=lambda: [50.0, 90.0, 99.0])
 
 
 def register(cs: ConfigStore) -> None:

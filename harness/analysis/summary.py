@@ -1,7 +1,10 @@
 """One run's summary row, and the run directory's files: requests, timeseries, summary (.parquet/.json).
 
 `summary.json` repeats the summary under `vllm bench serve`'s key names (request_throughput,
-mean_ttft_ms, ...) so a user can set the harness's numbers beside the ones they already have.
+mean_ttft_ms, ..., p99.9_itl_ms, max_concurrency, model_id) so a user can set the harness's numbers
+beside the ones they already have; `analysis.percentiles` picks the pNN keys as vLLM's
+`--metric-percentiles` does. ITL and the peak-throughput keys need per-chunk stamps: HTTP runs
+compute them (`vllm_chunk_metrics`) and hand them over in the run's metadata under `vllm`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +73,7 @@ def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, met
     ttft_slo_s, tpot_slo_s = float(cfg_value(analysis_cfg, "slo.ttft_s")), float(cfg_value(analysis_cfg, "slo.tpot_s"))
     warmup = float(cfg_value(analysis_cfg, "warmup_fraction"))
     start_s, end_s = m.steady_window(df, warmup)
-    n, done = len(df), m.n_completed(df)
+    n, done, cut = len(df), m.n_completed(df), m.n_interrupted(df)
     deployments = df["deployment"].dropna().unique() if "deployment" in df.columns else []
 
     s: dict[str, Any] = {
@@ -77,7 +81,8 @@ def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, met
         "mode": meta.get("mode"),
         "n_requests": n,
         "completed": done,
-        "failed": n - done,
+        "failed": n - done - cut,
+        "interrupted_requests": cut,
         "throughput_rps": m.throughput_rps(df),
         "output_tokens_per_s": m.output_tokens_per_s(df),
         "total_tokens_per_s": m.total_tokens_per_s(df),
@@ -133,22 +138,49 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame) -> dict[str, Any]:
+def percentiles_of(analysis_cfg: Any) -> tuple[float, ...]:
+    """`analysis.percentiles` (vLLM's --metric-percentiles), checked: each in (0, 100]."""
+    from harness.errors import require
+
+    qs = tuple(float(q) for q in cfg_value(analysis_cfg, "percentiles"))
+    require(all(0 < q <= 100 for q in qs), f"analysis.percentiles must each be in (0, 100], got {list(qs)}")
+    return qs
+
+
+def vllm_chunk_metrics(chunks: pd.DataFrame, requests_df: pd.DataFrame,
+                       percentiles: Sequence[float] = (50.0, 90.0, 99.0)) -> dict[str, Any]:
+    """The `vllm bench serve` keys that need per-chunk stamps: ITL (gaps between token-bearing
+    chunks, all requests pooled), max_output_tokens_per_s and max_concurrent_requests."""
+    done_ids = set(requests_df["request_id"][m.completed_mask(requests_df)]) if len(requests_df) else set()
+    mine = chunks[chunks["request_id"].isin(done_ids)] if chunks is not None and len(chunks) else chunks
+    out: dict[str, Any] = m.vllm_stats(m.chunk_gaps_s(mine), "itl", tuple(percentiles))
+    peak, active = m.peak_output_tokens_per_s(mine, requests_df)
+    out.update(max_output_tokens_per_s=peak, max_concurrent_requests=active)
+    return out
+
+
+def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame,
+               percentiles: Sequence[float] = (50.0, 90.0, 99.0)) -> dict[str, Any]:
     """The summary under `vllm bench serve`'s result keys (milliseconds for latencies)."""
     done = m.completed_mask(requests_df)
 
-    def ms(column: str) -> dict[str, float]:
+    def ms(column: str, name: str) -> dict[str, float]:
         v = requests_df[column].to_numpy(dtype=float, na_value=np.nan)[done] if column in requests_df else np.array([])
-        v = v[np.isfinite(v)] * 1e3
-        nan = float("nan")
-        return {"mean": float(v.mean()) if v.size else nan, "median": float(np.median(v)) if v.size else nan,
-                "std": float(v.std()) if v.size else nan, "p90": float(np.percentile(v, 90)) if v.size else nan,
-                "p99": float(np.percentile(v, 99)) if v.size else nan}
+        return m.vllm_stats(v, name, tuple(percentiles))
 
     tokens = lambda c: int(requests_df[c].to_numpy(dtype=float, na_value=0.0)[done].sum()) if c in requests_df else 0  # noqa: E731
+    rate = summary.get("offered_rps")
+    max_conc = summary.get("max_concurrency")
+    if max_conc is None or (isinstance(max_conc, float) and not math.isfinite(max_conc)):
+        max_conc = summary.get("concurrency") if _finite(summary.get("concurrency")) else None
     out: dict[str, Any] = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "label": summary.get("deployment"),
+        "model_id": summary.get("served_model") if isinstance(summary.get("served_model"), str) else summary.get("model"),
         "num_prompts": summary["n_requests"],
-        "request_rate": summary.get("offered_rps"),
+        "request_rate": rate if _finite(rate) else "inf",  # vLLM writes "inf" for an unpaced run
+        "burstiness": summary.get("burstiness", float("nan")),
+        "max_concurrency": int(max_conc) if _finite(max_conc) else None,
         "duration": summary["duration_s"],
         "completed": summary["completed"],
         "failed": summary["failed"],
@@ -160,8 +192,9 @@ def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame) -> dict[st
         "total_token_throughput": summary["total_tokens_per_s"],
     }
     for column, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2el")):
-        for stat, value in ms(column).items():
-            out[f"{stat}_{name}_ms"] = value
+        out.update(ms(column, name))
+    # Chunk-level keys (ITL, peak token rate) an HTTP run measured: carried as vllm_<key> in the summary.
+    out.update({k.removeprefix("vllm_"): v for k, v in summary.items() if k.startswith("vllm_")})
     return out
 
 
@@ -193,9 +226,11 @@ def write_run(run_dir: str | os.PathLike[str], requests_df: pd.DataFrame | Itera
     write_parquet(req, run_dir / "requests.parquet")
     write_parquet(ts, run_dir / "timeseries.parquet")
     write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
-    write_json({**summary, **vllm_names(summary, req)}, run_dir / "summary.json")
+    write_json({**summary, **vllm_names(summary, req, percentiles_of(analysis_cfg))}, run_dir / "summary.json")
     if bool(cfg_value(analysis_cfg, "figures")):
-        from harness.analysis.plots import write_run_figures  # matplotlib only when figures are wanted
+        from harness.analysis.plots import (
+            write_run_figures,  # matplotlib only when figures are wanted
+        )
 
         write_run_figures(run_dir, req, ts, summary)
     return summary

@@ -3,19 +3,24 @@
 Bad input never reaches the deployment: the `api_errors` middleware turns `ApiError` and aiohttp's
 own HTTP errors (unknown route, wrong method, oversized body) into OpenAI error objects with their
 4xx status, and anything unexpected into a 500 of the same shape, so the server keeps serving.
+A client that hangs up while its body is still arriving is a disconnect (counted, no traceback).
+
+Every response carries `X-Harness-Time-Scale` (emulated seconds per wall second); `/health` and
+`/v1/models` say it too, so a load generator can put its wall-clock measurements on the emulated clock.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from harness.live.engine import LiveEngine, LiveJob
 from harness.live.protocol import ApiError, GenerationParams, load_body, parse_generation
 from harness.live.responses import DONE, ChunkWriter, full_response, usage
+from harness.live.tokens import TextTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +32,11 @@ class ServeOptions:
     default_max_tokens: int = 16
     stream_interval_tokens: int = 1
     max_body_bytes: int = 32 << 20
+    time_scale: float = 1.0  # emulated seconds per wall second, announced to clients
+    tokenizer: TextTokenizer = field(default_factory=TextTokenizer)  # how text prompts are counted
+
+
+TIME_SCALE_HEADER = "X-Harness-Time-Scale"
 
 
 ENGINE = web.AppKey("engine", LiveEngine)
@@ -39,6 +49,9 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_la
 async def api_errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         response = await handler(request)
+    except ConnectionError:  # the client hung up before its request was read: a disconnect, not a 500
+        request.app[ENGINE].metrics.disconnects_mid_body += 1
+        response = web.Response(status=499)  # nginx's "client closed request"; nobody reads it
     except ApiError as err:
         response = web.json_response(err.body(), status=err.status)
     except web.HTTPException as exc:
@@ -60,14 +73,21 @@ def make_app(engine: LiveEngine, options: ServeOptions) -> web.Application:
     app = web.Application(client_max_size=options.max_body_bytes, middlewares=[api_errors])
     app[ENGINE] = engine
     app[OPTIONS] = options
+    engine.metrics.model_name = options.served_model
+    scale = repr(float(options.time_scale))
+
+    async def announce(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[TIME_SCALE_HEADER] = scale
+
+    app.on_response_prepare.append(announce)
 
     async def health(request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        return web.json_response({"status": "ok", "time_scale": options.time_scale})
 
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{
             "id": options.served_model, "object": "model", "created": 0, "owned_by": "harness",
-            "max_model_len": options.max_model_len}]})
+            "max_model_len": options.max_model_len, "time_scale": options.time_scale}]})
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(text=engine.metrics.render(engine), content_type="text/plain",
@@ -94,7 +114,7 @@ async def _generate(request: web.Request, engine: LiveEngine, options: ServeOpti
     except (ValueError, UnicodeDecodeError) as err:
         raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from err
     params = parse_generation(body, api, served_model=options.served_model, max_model_len=options.max_model_len,
-                              default_max_tokens=options.default_max_tokens)
+                              default_max_tokens=options.default_max_tokens, tokenizer=options.tokenizer)
     live = engine.submit(params.prompt_ids, params.max_tokens, request.headers.get("X-Request-Id"))
     if live.error is not None:  # refused on arrival (e.g. its KV fits no decode instance)
         raise ApiError(400, f"the emulated deployment cannot serve this request: {live.error}", code="unservable")

@@ -1,6 +1,10 @@
 """`/metrics` in the Prometheus text format (0.0.4): counters and histograms fed by request
 records, gauges read from the deployment at scrape time. Latencies are emulated seconds (the
 deployment's clock), as in the run's Parquet files. No client library: the format is a few lines.
+
+Beside the `harness_*` names, the vLLM names for what the emulator has (`vllm:num_requests_running`,
+`vllm:time_to_first_token_seconds`, ...; label `model_name`), so dashboards and autoscalers built
+for vLLM read the emulator unchanged.
 """
 
 from __future__ import annotations
@@ -30,21 +34,25 @@ class Histogram:
         self.total += value
         self.n += 1
 
-    def lines(self, name: str) -> list[str]:
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        """Exposition lines; `labels` is extra `key="value"` pairs (comma-separated) on every sample."""
         out, cumulative = [], 0
+        pre = f"{labels}," if labels else ""
         for bound, count in zip(self.bounds, self.counts):
             cumulative += count
-            out.append(f'{name}_bucket{{le="{bound:g}"}} {cumulative}')
-        out.append(f'{name}_bucket{{le="+Inf"}} {self.n}')
-        out.append(f"{name}_sum {self.total!r}")
-        out.append(f"{name}_count {self.n}")
+            out.append(f'{name}_bucket{{{pre}le="{bound:g}"}} {cumulative}')
+        out.append(f'{name}_bucket{{{pre}le="+Inf"}} {self.n}')
+        tail = f"{{{labels}}}" if labels else ""
+        out.append(f"{name}_sum{tail} {self.total!r}")
+        out.append(f"{name}_count{tail} {self.n}")
         return out
 
 
 class ServerMetrics:
     """What the server has seen since it started."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "") -> None:
+        self.model_name = model_name  # the `model_name` label of the vllm:* metrics
         self.received = 0
         self.finished: Counter[tuple[str, str]] = Counter()  # (status, route)
         self.http: Counter[tuple[str, int]] = Counter()  # (endpoint, status)
@@ -52,8 +60,10 @@ class ServerMetrics:
         self.generation_tokens = 0
         self.cache_hit_tokens = 0
         self.cache_hit_requests = 0
+        self.cache_query_tokens = 0  # prompt tokens of ended requests (vllm:prefix_cache_queries)
         self.kv_bytes: Counter[str] = Counter()  # route -> KV bytes moved to decode
-        self.disconnects = 0
+        self.disconnects = 0  # streams whose client went away mid-response
+        self.disconnects_mid_body = 0  # clients that hung up while their request body was arriving
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.tpot = Histogram(TPOT_BUCKETS_S)
         self.e2e = Histogram(E2E_BUCKETS_S)
@@ -67,6 +77,7 @@ class ServerMetrics:
         ok = record.get("error") is None
         self.finished["completed" if ok else "failed", route] += 1
         cached = int(record.get("cached_tokens") or 0)
+        self.cache_query_tokens += int(record.get("input_tokens") or 0)
         self.cache_hit_tokens += cached
         self.cache_hit_requests += cached > 0
         self.kv_bytes[route] += float(record.get("kv_bytes_sent") or 0.0)
@@ -92,8 +103,9 @@ class ServerMetrics:
                [(f'{{status="{s}",route="{r}"}}', n) for (s, r), n in sorted(self.finished.items())])
         metric("harness_http_responses_total", "counter", "HTTP responses by endpoint and status code.",
                [(f'{{endpoint="{e}",code="{c}"}}', n) for (e, c), n in sorted(self.http.items())])
-        metric("harness_client_disconnects_total", "counter", "Streams whose client went away mid-response.",
-               [("", self.disconnects)])
+        metric("harness_client_disconnects_total", "counter",
+               "Clients that went away: mid-response (stream) or while sending the request (body).",
+               [('{phase="stream"}', self.disconnects), ('{phase="body"}', self.disconnects_mid_body)])
         metric("harness_prompt_tokens_total", "counter", "Prompt tokens submitted.", [("", self.prompt_tokens)])
         metric("harness_generation_tokens_total", "counter", "Output tokens of completed requests.",
                [("", self.generation_tokens)])
@@ -129,4 +141,40 @@ class ServerMetrics:
             lines.append(f"# HELP {name} {doc}")
             lines.append(f"# TYPE {name} histogram")
             lines.extend(hist.lines(name))
+        lines.extend(self._vllm_lines(queue, running, dep))
         return "\n".join(lines) + "\n"
+
+    def _vllm_lines(self, queue: list, running: list, dep: Any) -> list[str]:
+        """The same quantities under vLLM's metric names (label model_name)."""
+        label = f'model_name="{_escape(self.model_name)}"'
+        out: list[str] = []
+
+        def metric(name: str, kind: str, doc: str, value: Any) -> None:
+            out.extend((f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"))
+
+        n_running = sum(n for _, n in running) + sum(d.running for d in dep.decode)
+        n_waiting = sum(n for _, n in queue) + len(dep.waiting)
+        metric("vllm:num_requests_running", "gauge", "Requests in a prefill pass or a decode batch.", n_running)
+        metric("vllm:num_requests_waiting", "gauge", "Requests queued for prefill or for a decode slot.", n_waiting)
+        metric("vllm:prompt_tokens_total", "counter", "Prompt tokens submitted.", self.prompt_tokens)
+        metric("vllm:generation_tokens_total", "counter", "Output tokens of completed requests.",
+               self.generation_tokens)
+        metric("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+               self.cache_query_tokens)
+        metric("vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.",
+               self.cache_hit_tokens)
+        ok = sum(n for (status, _), n in self.finished.items() if status == "completed")
+        out.extend(("# HELP vllm:request_success_total Requests that finished (max_tokens reached).",
+                    "# TYPE vllm:request_success_total counter",
+                    f'vllm:request_success_total{{{label},finished_reason="length"}} {ok}'))
+        for name, hist, doc in (
+                ("vllm:time_to_first_token_seconds", self.ttft, "Time to first token (emulated seconds)."),
+                ("vllm:time_per_output_token_seconds", self.tpot, "Time per output token after the first."),
+                ("vllm:e2e_request_latency_seconds", self.e2e, "End-to-end request latency (emulated).")):
+            out.extend((f"# HELP {name} {doc}", f"# TYPE {name} histogram"))
+            out.extend(hist.lines(name, label))
+        return out
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.live.tokens import text_token_ids
+from harness.live.tokens import PromptTooLong, TextTokenizer
+
+_WORDS = TextTokenizer()
 
 
 class ApiError(Exception):
@@ -103,14 +105,15 @@ def _token_list(value: list[Any], param: str) -> np.ndarray:
     raise _bad(f"{param} must be a flat list of token ids", param)
 
 
-def _prompt_ids(prompt: Any) -> list[int] | np.ndarray:
-    """Text, a token-id list, or a batch of exactly one of those."""
+def _prompt_ids(prompt: Any, tokenizer: TextTokenizer = _WORDS, limit: int | None = None) -> list[int] | np.ndarray:
+    """Text, a token-id list, or a batch of exactly one of those (text longer than `limit` tokens
+    raises PromptTooLong, found on a cheap bound before the text is tokenised)."""
     if isinstance(prompt, np.ndarray):  # from load_body's fast path: already checked
         return prompt
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return text_token_ids(prompt)
+        return tokenizer.ids(prompt, limit)
     if isinstance(prompt, list):
         if prompt and all(isinstance(p, (str, list)) for p in prompt):
             raise _bad(f"batched prompts are not supported (got {len(prompt)}); send one prompt per request",
@@ -119,7 +122,7 @@ def _prompt_ids(prompt: Any) -> list[int] | np.ndarray:
     raise _bad(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}", "prompt")
 
 
-def _message_ids(messages: Any) -> list[int]:
+def _message_ids(messages: Any, tokenizer: TextTokenizer = _WORDS, limit: int | None = None) -> list[int]:
     if not isinstance(messages, list) or not messages:
         raise _bad("messages must be a non-empty list of {role, content} objects", "messages")
     ids: list[int] = []
@@ -129,12 +132,13 @@ def _message_ids(messages: Any) -> list[int]:
         content = message.get("content")
         if content is None:
             continue
+        left = None if limit is None else limit - len(ids)
         if isinstance(content, str):
-            ids.extend(text_token_ids(content))
+            ids.extend(tokenizer.ids(content, left))
         elif isinstance(content, list):
             for part in content:
                 if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-                    ids.extend(text_token_ids(part["text"]))
+                    ids.extend(tokenizer.ids(part["text"], None if limit is None else limit - len(ids)))
                 else:
                     raise _bad(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}; "
                                f"got {part!r:.80}", "messages")
@@ -154,8 +158,10 @@ def _optional(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
 
 
 def parse_generation(body: Any, api: str, *, served_model: str, max_model_len: int,
-                     default_max_tokens: int) -> GenerationParams:
-    """Validate a /v1/completions (`api="completions"`) or /v1/chat/completions (`"chat"`) body."""
+                     default_max_tokens: int, tokenizer: TextTokenizer = _WORDS) -> GenerationParams:
+    """Validate a /v1/completions (`api="completions"`) or /v1/chat/completions (`"chat"`) body.
+
+    Text is tokenised by `tokenizer` only after a cheap bound says it fits `max_model_len - 1`."""
     if not isinstance(body, dict):
         raise _bad(f"the request body must be a JSON object, got {type(body).__name__}", None)
     model = body.get("model", served_model)
@@ -164,14 +170,19 @@ def parse_generation(body: Any, api: str, *, served_model: str, max_model_len: i
     if model != served_model:
         raise ApiError(404, f"The model `{model}` does not exist. Served: {served_model}", param="model",
                        code="model_not_found")
-    if api == "chat":
-        ids = _message_ids(body.get("messages"))
-        max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    else:
-        if "prompt" not in body:
-            raise _bad("prompt is required", "prompt")
-        ids = _prompt_ids(body["prompt"])
-        max_key = "max_tokens"
+    param = "messages" if api == "chat" else "prompt"
+    try:
+        if api == "chat":
+            ids = _message_ids(body.get("messages"), tokenizer, max_model_len - 1)
+            max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        else:
+            if "prompt" not in body:
+                raise _bad("prompt is required", "prompt")
+            ids = _prompt_ids(body["prompt"], tokenizer, max_model_len - 1)
+            max_key = "max_tokens"
+    except PromptTooLong as err:
+        raise _bad(f"This model's maximum context length is {max_model_len} tokens. However, the prompt has "
+                   f"{err} (counted before tokenising it in full).", param, "context_length_exceeded") from err
     if len(ids) == 0:
         raise _bad("the prompt has no tokens", "messages" if api == "chat" else "prompt")
     max_tokens = _optional(body, max_key, int, default_max_tokens)

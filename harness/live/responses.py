@@ -1,7 +1,9 @@
 """Response bodies and SSE chunks in the OpenAI shapes (`text_completion`, `chat.completion[.chunk]`).
 
-The emulator's tokens carry no content, so each output token is the text `" tok"`; clients that
-count tokens should read the `usage` object (final chunk with `stream_options.include_usage`).
+The emulator's tokens carry no content, so each output token is the text `" the"`: one token in
+every common vocabulary (GPT-2/Llama-style byte-level BPE: `Ġthe`; SentencePiece: `▁the`; BERT-style
+WordPiece: `the`), so a client that counts tokens by tokenising the streamed text (AIPerf, GuideLLM)
+gets `usage.completion_tokens` exactly (tests/data/tokenizers has a WordPiece and a BPE fixture).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOKEN_TEXT = " tok"
+TOKEN_TEXT = " the"
 DONE = b"data: [DONE]\n\n"
 
 

@@ -18,6 +18,7 @@ from harness.errors import InputError, require
 from harness.live.app import ServeOptions, make_app
 from harness.live.clock import ScheduledLoopClock
 from harness.live.engine import LiveEngine
+from harness.live.tokens import TextTokenizer
 
 
 @dataclass
@@ -57,12 +58,20 @@ def serve_options(cfg: DictConfig) -> ServeOptions:
             f"server.default_max_tokens must be >= 1, got {server.default_max_tokens}")
     require(server.max_body_bytes >= 1024, f"server.max_body_bytes must be >= 1024, got {server.max_body_bytes}")
     require(0 <= server.port <= 65535, f"server.port must be in [0, 65535], got {server.port}")
+    tpw = float(server.get("tokens_per_word", 1.0))
+    require(math.isfinite(tpw) and tpw > 0, f"server.tokens_per_word must be a finite number > 0, got {tpw}")
+    try:
+        tokenizer = TextTokenizer(tpw, server.get("tokenizer_file"))
+    except ValueError as err:
+        raise InputError(str(err)) from err
     return ServeOptions(
         served_model=str(server.model_name or cfg.model.name),
         max_model_len=int(server.max_model_len),
         default_max_tokens=int(server.default_max_tokens),
         stream_interval_tokens=int(interval),
         max_body_bytes=int(server.max_body_bytes),
+        time_scale=float(server.time_scale),
+        tokenizer=tokenizer,
     )
 
 

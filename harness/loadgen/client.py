@@ -3,6 +3,11 @@
 Works against any server following the OpenAI/vLLM conventions (the live emulator, vLLM, SGLang).
 Every failure becomes the record's `error` (HTTP status and the server's message, refused
 connection, timeout, broken or truncated stream); `send` raises only on cancellation.
+
+Per request it also keeps the server's response `id` (to join client rows with engine logs), the
+time scale a harness-serve announces (`X-Harness-Time-Scale`), and the engine's own `timings`
+when the target sends them (llama.cpp's final chunk: prompt_n, cache_n, prompt_ms, predicted_n,
+predicted_ms). `api_key`, `headers` and `extra_body` go out with every request.
 """
 
 from __future__ import annotations
@@ -10,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 import json.scanner
+import math
 from typing import Any
 
 import aiohttp
 
+from harness.errors import require
 from harness.loadgen.clock import Clock
-from harness.loadgen.prompts import PromptBuilder, request_body
+from harness.loadgen.prompts import PROMPT_KEYS, PromptBuilder, request_body
+from harness.loadgen.records import ENGINE_TIMING_COLUMNS as ENGINE_TIMING_KEYS
 from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
 
@@ -40,9 +48,18 @@ def v1_base(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-async def discover_model(session: aiohttp.ClientSession, url: str, timeout_s: float = 30.0) -> str:
+def auth_headers(api_key: str | None, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """`Authorization: Bearer <api_key>` (when given) plus the user's own headers (theirs win)."""
+    out = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    out.update({str(k): str(v) for k, v in (headers or {}).items()})
+    return out
+
+
+async def discover_model(session: aiohttp.ClientSession, url: str, timeout_s: float = 30.0,
+                         headers: dict[str, str] | None = None) -> str:
     """The first model id the endpoint lists at /v1/models (what `vllm bench serve` does)."""
-    async with session.get(v1_base(url) + "/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+    async with session.get(v1_base(url) + "/models", timeout=aiohttp.ClientTimeout(total=timeout_s),
+                           headers=headers or {}) as resp:
         resp.raise_for_status()
         data = await resp.json()
     models = data.get("data") or []
@@ -69,12 +86,32 @@ def _choice_text(choice: dict[str, Any]) -> str | None:
     return text
 
 
+def _float_or_none(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def _keep_id_and_timings(obj: dict[str, Any], record: RequestRecord) -> None:
+    """The response id (first seen) and the engine's `timings` object (llama.cpp), if any."""
+    if record.response_id is None and isinstance(obj.get("id"), str):
+        record.response_id = obj["id"]
+    timings = obj.get("timings")
+    if isinstance(timings, dict):
+        record.engine_timings = {k: _float_or_none(timings.get(k)) for k in ENGINE_TIMING_KEYS}
+
+
+
+
 class OpenAIHttpTarget:
     """Sends `Request`s to `url` (`api`: completions with token-id prompts, or chat with text)."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, *, model: str, clock: Clock,
                  prompts: PromptBuilder, api: str = "completions", stream: bool = True, ignore_eos: bool = True,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, api_key: str | None = None, headers: dict[str, str] | None = None,
+                 extra_body: dict[str, Any] | None = None) -> None:
         if api not in API_PATHS:
             raise ValueError(f"target.api must be one of {', '.join(API_PATHS)}, got {api!r}")
         self.session = session
@@ -83,16 +120,23 @@ class OpenAIHttpTarget:
         self.api, self.stream, self.ignore_eos = api, stream, ignore_eos
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.timeout_s = timeout_s
+        self.headers = {"Content-Type": "application/json", **auth_headers(api_key, headers)}
+        bad = sorted(set(extra_body or {}) & set(PROMPT_KEYS))
+        require(not bad, f"target.extra_body may not set {', '.join(bad)}: the prompt comes from the workload")
+        self.extra_json = json.dumps(dict(extra_body), sort_keys=True) if extra_body else ""
 
     def prepare(self, request: Request) -> bytes:
         return request_body(self.prompts, request, api=self.api, model=self.model, stream=self.stream,
-                            ignore_eos=self.ignore_eos)
+                            ignore_eos=self.ignore_eos, extra_json=self.extra_json)
 
     async def send(self, body: bytes, record: RequestRecord) -> None:
-        headers = {"Content-Type": "application/json", "X-Request-Id": str(record.request_id)}
+        headers = {**self.headers, "X-Request-Id": str(record.request_id)}
         try:
             async with self.session.post(self.endpoint, data=body, headers=headers, timeout=self.timeout) as resp:
                 record.http_status = resp.status
+                scale = resp.headers.get("X-Harness-Time-Scale")
+                if scale is not None:
+                    record.server_time_scale = _float_or_none(scale)
                 if resp.status != 200:
                     record.error = _error_message(resp.status, await resp.text(errors="replace"))
                 elif self.stream:
@@ -119,6 +163,7 @@ class OpenAIHttpTarget:
         record.first_token_ns = record.last_token_ns = now
         record.chunk_ns.append(now)
         self._usage(data.get("usage"), record)
+        _keep_id_and_timings(data, record)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         """Parse SSE events as bytes arrive; each event is stamped with its arrival time."""
@@ -146,6 +191,8 @@ class OpenAIHttpTarget:
                     err = obj["error"]
                     record.error = f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
                     return
+                if record.response_id is None or "timings" in obj:
+                    _keep_id_and_timings(obj, record)
                 choices = obj.get("choices")
                 if choices and _choice_text(choices[0]):
                     if record.first_token_ns is None:

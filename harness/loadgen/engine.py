@@ -53,12 +53,19 @@ class LoadResult:
 async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock | None = None,
                    time_scale: float = 1.0, concurrency: int | None = None, max_duration_s: float | None = None,
                    warmup_s: float = 0.0, progress: bool = False, start_ns: int | None = None,
-                   lag_period_s: float | None = 0.01, stop: asyncio.Event | None = None) -> LoadResult:
+                   lag_period_s: float | None = 0.01, stop: asyncio.Event | None = None,
+                   max_concurrency: int | None = None, status_every_s: float | None = None) -> LoadResult:
     """Offer `requests` to `target`; times in the requests (arrival_s, max_duration_s, warmup_s) are
     run-clock seconds, run `time_scale` times faster than the wall clock. Setting `stop` ends the
-    run early: nothing more is sent, requests in flight are cancelled (and recorded as such)."""
+    run early: nothing more is sent, requests in flight are cancelled (and recorded as interrupted).
+    `max_concurrency` caps the requests in flight of an open loop (vLLM's --max-concurrency): a
+    request due while the cap is reached waits in the client, its wait kept as `queued_ns`.
+    `status_every_s` prints a one-line status that often (wall seconds) when no progress bar shows."""
     require(time_scale > 0 and math.isfinite(time_scale), f"time_scale must be finite and > 0, got {time_scale}")
     require(concurrency is None or concurrency >= 1, f"loadgen.concurrency must be >= 1, got {concurrency}")
+    require(max_concurrency is None or max_concurrency >= 1,
+            f"loadgen.max_concurrency must be >= 1 (or null), got {max_concurrency}")
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency is not None else None
     clock = clock or MonotonicClock()
     ns_per_run_s = 1e9 / time_scale
     # 1. The start and the absolute targets.
@@ -78,15 +85,24 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
         return record
 
     async def send(body: Any, record: RequestRecord) -> None:
-        record.sent_ns = clock.now_ns()
+        acquired = False
         try:
+            if slots is not None:
+                due = clock.now_ns()
+                await slots.acquire()
+                acquired = True
+                record.queued_ns = clock.now_ns() - due
+            record.sent_ns = clock.now_ns()
             await target.send(body, record)
         except asyncio.CancelledError:
             record.error = record.error or "interrupted: the run was stopped"
+            record.interrupted = True
             raise
         except Exception as exc:  # a target bug must not cost the record (or the run)
             record.error = record.error or f"{type(exc).__name__}: {exc}"
         finally:
+            if acquired:
+                slots.release()
             record.done_ns = clock.now_ns()
             bar.update(1)
 
@@ -94,6 +110,11 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
     # of the garbage collector's reach, so its passes over them do not stall the sends.
     lags: list[int] = []
     watcher = asyncio.create_task(_watch_loop(clock, t0, lag_period_s, lags)) if lag_period_s else None
+    status = None
+    if status_every_s and bar.disable:  # a bar on a terminal says it already
+        from harness.loadgen.status import report_status
+
+        status = asyncio.create_task(report_status(records, len(ordered), clock, t0, status_every_s, time_scale))
     gc.freeze()
     wall0, cpu0 = time.perf_counter(), time.process_time()
     tasks: set[asyncio.Task] = set()  # what a stop cancels: the offering and every send in flight
@@ -132,7 +153,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Clock 
     finally:
         # 5. Stop watching.
         gc.unfreeze()
-        for helper in (watcher, stopper):
+        for helper in (watcher, stopper, status):
             if helper is not None:
                 helper.cancel()
                 await asyncio.gather(helper, return_exceptions=True)

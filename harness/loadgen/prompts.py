@@ -103,20 +103,31 @@ def _byte_rows(texts: list[str]) -> np.ndarray:
 
 
 def request_body(builder: PromptBuilder, request: Request, *, api: str, model: str, stream: bool,
-                 ignore_eos: bool) -> bytes:
-    """The JSON body for /v1/completions (token-id prompt) or /v1/chat/completions (one user message)."""
-    tail = _tail(model, max(1, request.output_tokens), stream, ignore_eos)
+                 ignore_eos: bool, extra_json: str = "") -> bytes:
+    """The JSON body for /v1/completions (token-id prompt) or /v1/chat/completions (one user message);
+    `extra_json` (a JSON object, `target.extra_body`) adds or replaces fields after the prompt."""
+    tail = _tail(model, max(1, request.output_tokens), stream, ignore_eos, extra_json)
     if api == "chat":
         return b'{"messages":[{"role":"user","content":"' + builder.words(request) + b'"}],' + tail
     return b'{"prompt":' + builder.ids_json(request) + b"," + tail
 
 
+PROMPT_KEYS = ("prompt", "messages")  # set by the harness from the trace; extra_body may not replace them
+
+
 @functools.lru_cache(maxsize=4096)
-def _tail(model: str, max_tokens: int, stream: bool, ignore_eos: bool) -> bytes:
+def _tail(model: str, max_tokens: int, stream: bool, ignore_eos: bool, extra_json: str = "") -> bytes:
     """Everything after the prompt: `"model":...,"max_tokens":N,...}` (a trace has few distinct N)."""
     rest: dict = {"model": model, "max_tokens": max_tokens, "stream": stream}
     if stream:
         rest["stream_options"] = {"include_usage": True}
     if ignore_eos:
         rest["ignore_eos"] = True
+    if extra_json:
+        extra = json.loads(extra_json)
+        require(not set(extra) & set(PROMPT_KEYS),
+                f"target.extra_body may not set {', '.join(sorted(set(extra) & set(PROMPT_KEYS)))}: the prompt "
+                f"comes from the workload")
+        rest.update(extra)
     return json.dumps(rest, separators=(",", ":"))[1:].encode()
+

@@ -3,7 +3,9 @@
 Every request the generator sends ends in exactly one `RequestRecord`, completed or failed; a
 failure is data (`error`), never an exception. Rows use the run clock: seconds since the run
 started, times `time_scale` (the emulator's speed-up; 1 against a real endpoint), so a live run's
-rows read like a sim run's.
+rows read like a sim run's; `ttft_wall_s` and `e2e_wall_s` keep the measured wall-clock values.
+A request still in flight when the run was stopped is `interrupted` (an error, but not a failure of
+the target: SLO attainment leaves it out).
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _NAN = math.nan
+# llama.cpp's per-request `timings` kept as engine_<key> columns (NaN when the target sends none).
+ENGINE_TIMING_COLUMNS = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms")
+
+
+def _num(value: float | None) -> float:
+    return _NAN if value is None else float(value)
 
 
 @dataclass(slots=True)
@@ -32,6 +40,11 @@ class RequestRecord:
     usage_reported: bool = False
     http_status: int | None = None
     error: str | None = None
+    queued_ns: int = 0  # waiting in the client for a loadgen.max_concurrency slot (not lateness)
+    interrupted: bool = False  # still in flight when the run was stopped
+    response_id: str | None = None  # the server's response `id` (cmpl-..., chatcmpl-...)
+    server_time_scale: float | None = None  # what the server announced (X-Harness-Time-Scale)
+    engine_timings: dict[str, float | None] | None = None  # the engine's own `timings` (llama.cpp)
 
     @property
     def completed(self) -> bool:
@@ -47,6 +60,8 @@ class RequestRecord:
         if not ok:
             first, last = (first if self.first_token_ns is not None else _NAN), _NAN
         itl = [(b - a) / 1e9 * time_scale for a, b in zip(self.chunk_ns, self.chunk_ns[1:])]
+        queue_s = self.queued_ns / 1e9 * time_scale
+        timings = self.engine_timings or {}
         return {
             "deployment": deployment,
             "mode": mode,
@@ -64,12 +79,18 @@ class RequestRecord:
             "error": self.error,
             "scheduled_s": t(self.scheduled_ns),
             "sent_s": sent,
-            "lateness_s": sent - t(self.scheduled_ns),
+            "lateness_s": sent - t(self.scheduled_ns) - queue_s,
+            "queue_s": queue_s,
             "done_s": t(self.done_ns),
             "n_chunks": len(self.chunk_ns),
             "itl_max_s": max(itl) if itl else _NAN,
             "usage_reported": self.usage_reported,
             "http_status": self.http_status if self.http_status is not None else 0,
+            "interrupted": self.interrupted,
+            "response_id": self.response_id,
+            "ttft_wall_s": (first - sent) / time_scale,
+            "e2e_wall_s": (last - sent) / time_scale,
+            **{f"engine_{k}": _num(timings.get(k)) for k in ENGINE_TIMING_COLUMNS},
         }
 
     def chunk_rows(self, t0_ns: int, time_scale: float) -> list[tuple[int, int, float]]:

@@ -25,13 +25,17 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from harness.analysis.frames import requests_frame, write_parquet
+from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
 from harness.deploy.timeseries import bin_edges, build_timeseries, occupancy
 from harness.errors import InputError, require
-from harness.loadgen.client import OpenAIHttpTarget, discover_model
+from harness.loadgen.client import OpenAIHttpTarget, auth_headers, discover_model
 from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.engine import LoadResult, run_load
 from harness.loadgen.health import loadgen_health
 from harness.loadgen.prompts import PromptBuilder
+from harness.loadgen.ramp import apply_ramp
+from harness.loadgen.settings import burstiness, lg_get, plain_container
+from harness.loadgen.timescale import announced_mismatch, detect_time_scale
 from harness.sim import RunResult
 from harness.workload import build_workload
 
@@ -111,6 +115,8 @@ def _offer(cfg: DictConfig) -> tuple[list, int | None, float | None]:
 
 async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
     requests, concurrency, offered = _offer(cfg)
+    requests = apply_ramp(requests, lg_get(cfg, "ramp_up_s"), lg_get(cfg, "ramp_up_start_fraction", 0.0),
+                          lg_get(cfg, "ramp_up_strategy", "linear"))
     tcfg, lg = cfg.target, cfg.loadgen
     require(tcfg.timeout_s > 0, f"target.timeout_s must be > 0, got {tcfg.timeout_s}")
     require(tcfg.max_connections >= 0, f"target.max_connections must be >= 0, got {tcfg.max_connections}")
@@ -133,32 +139,46 @@ async def _run(cfg: DictConfig, *, live: bool) -> LiveRunResult:
     clock = MonotonicClock()
     prompts = PromptBuilder(int(cfg.workload.get("block_tokens", 512)), int(tcfg.token_id_min),
                             int(tcfg.token_id_max))
+    headers = auth_headers(tcfg.get("api_key"), dict(tcfg.get("headers") or {}))
+    scale_source = "server.time_scale" if live else "default"
     try:
         connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections))
         async with aiohttp.ClientSession(connector=connector) as session:
+            if not live:
+                time_scale, scale_source = await detect_time_scale(session, url, tcfg.get("time_scale"), headers)
             if tcfg.model:
                 model = str(tcfg.model)
             elif server is not None:
                 model = str(cfg.server.model_name or cfg.model.name)
             else:
                 try:
-                    model = await discover_model(session, url)
+                    model = await discover_model(session, url, headers=headers)
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as err:
                     raise InputError(f"target.url={url}: cannot list models ({type(err).__name__}: {err}); "
                                      f"is the server up? set target.model to skip the lookup") from err
             target = OpenAIHttpTarget(session, url, model=model, clock=clock, prompts=prompts, api=str(tcfg.api),
                                       stream=bool(tcfg.stream), ignore_eos=bool(tcfg.ignore_eos),
-                                      timeout_s=float(tcfg.timeout_s))
+                                      timeout_s=float(tcfg.timeout_s), api_key=tcfg.get("api_key"),
+                                      headers=dict(tcfg.get("headers") or {}), extra_body=plain_container(tcfg.get("extra_body")))
             with _stop_on_signals() as stop:
                 result = await run_load(requests, target, clock=clock, time_scale=time_scale,
                                         concurrency=concurrency, max_duration_s=lg.max_duration_s,
                                         warmup_s=float(lg.warmup_s), progress=bool(lg.progress), start_ns=start_ns,
-                                        stop=stop)
+                                        stop=stop, max_concurrency=lg_get(cfg, "max_concurrency"),
+                                        status_every_s=lg_get(cfg, "status_every_s"))
     finally:
         if server is not None:
             await server.stop()
     label = str(server.built.deployment.name) if server is not None else str(tcfg.name or f"url:{model}")
-    return _assemble(cfg, result, server, label, model, url, offered, concurrency)
+    out = _assemble(cfg, result, server, label, model, url, offered, concurrency)
+    out.meta.update(time_scale_source=scale_source, max_concurrency=lg_get(cfg, "max_concurrency"),
+                    burstiness=burstiness(cfg),
+                    vllm=vllm_chunk_metrics(out.extras["chunks"], out.requests, percentiles_of(cfg.analysis)))
+    mismatch = announced_mismatch(result.records, time_scale)
+    if mismatch:
+        print(f"warning: {mismatch}", file=sys.stderr, flush=True)
+        out.meta["time_scale_warning"] = mismatch
+    return out
 
 
 def _assemble(cfg: DictConfig, result: LoadResult, server, label: str, model: str, url: str, offered: float,

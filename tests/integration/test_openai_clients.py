@@ -39,7 +39,7 @@ def test_completion_with_token_ids(client):
     out = client.completions.create(model=MODEL, prompt=list(range(1000, 1600)), max_tokens=12,
                                     extra_body={"ignore_eos": True})
     assert out.choices[0].finish_reason == "length"
-    assert out.choices[0].text.split() == ["tok"] * 12
+    assert out.choices[0].text.split() == ["the"] * 12
     assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (600, 12)
 
 
@@ -48,7 +48,7 @@ def test_streaming_completion_with_usage(client):
                                        stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     text = "".join(c.choices[0].text for c in chunks if c.choices)
-    assert text.split() == ["tok"] * 9
+    assert text.split() == ["the"] * 9
     # A chunk per token at most: a handler that wakes late sends every token produced by then.
     assert 2 <= len([c for c in chunks if c.choices]) <= 9
     assert chunks[-1].usage.completion_tokens == 9 and chunks[-1].usage.prompt_tokens == 7
@@ -57,9 +57,9 @@ def test_streaming_completion_with_usage(client):
 def test_chat_streaming_and_not(client):
     messages = [{"role": "user", "content": "hello emulator"}]
     whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=5)
-    assert whole.choices[0].message.role == "assistant" and whole.choices[0].message.content.split() == ["tok"] * 5
+    assert whole.choices[0].message.role == "assistant" and whole.choices[0].message.content.split() == ["the"] * 5
     parts = list(client.chat.completions.create(model=MODEL, messages=messages, max_completion_tokens=4, stream=True))
-    assert "".join(p.choices[0].delta.content or "" for p in parts).split() == ["tok"] * 4
+    assert "".join(p.choices[0].delta.content or "" for p in parts).split() == ["the"] * 4
     assert parts[-1].choices[0].finish_reason == "length"
 
 
@@ -90,7 +90,7 @@ def test_async_client_streams(server):
             stream = await c.completions.create(model=MODEL, prompt="x y z", max_tokens=6, stream=True)
             return [chunk.choices[0].text async for chunk in stream if chunk.choices]
 
-    assert "".join(asyncio.run(go())).split() == ["tok"] * 6
+    assert "".join(asyncio.run(go())).split() == ["the"] * 6
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")

@@ -19,7 +19,9 @@ from aiohttp import web
 
 from harness.live.app import ServeOptions, make_app
 from harness.live.clock import ScheduledLoopClock
-from harness.live.engine import LiveEngine
+from harness.live.engine import LiveEngine, LiveJob
+from harness.live.metrics import ServerMetrics
+from harness.workload.request import Request
 
 
 @dataclass
@@ -118,6 +120,68 @@ async def _serve_fake(options: ServeOptions | None = None, *, time_scale=1.0, **
     finally:
         engine.close()
         await runner.cleanup()
+
+
+class StepEngine:
+    """An engine whose token progress the test sets: no clock, no timers, nothing to race.
+
+    The first token exists on submission. `wait_for_tokens(live, k)` returns k plus the next number in
+    `late` (0 when the list is used up: the handler "woke" exactly on time; more: tokens that piled up
+    while it slept), capped at max_tokens; the request ends (record set) once all tokens exist.
+    """
+
+    def __init__(self, late=()):
+        self.loop = asyncio.get_running_loop()
+        self.metrics = ServerMetrics()
+        self.late = list(late)
+        self.asked: list[int] = []
+        self._ids = 0
+
+    def submit(self, prompt_ids, max_tokens, client_id=None):
+        self._ids += 1
+        live = LiveJob(Request(self._ids, 0.0, len(prompt_ids), max_tokens, ()), self.loop, client_id)
+        live.first_token.set_result(None)
+        return live
+
+    async def wait_for_tokens(self, live, target):
+        await asyncio.sleep(0)
+        self.asked.append(target)
+        n = live.request.output_tokens
+        done = min(n, target + (self.late.pop(0) if self.late else 0))
+        if done >= n:
+            live.record = {"request_id": live.request.request_id, "input_tokens": live.request.input_tokens,
+                           "output_tokens": n, "cached_tokens": 0, "error": None}
+            live.done.set_result(None)
+        return done
+
+    def close(self, reason="closed"):
+        pass
+
+
+@contextlib.asynccontextmanager
+async def _serve_engine(engine, options: ServeOptions):
+    """Yield the base url of the real app in front of `engine` (any object with LiveEngine's surface)."""
+    runner = web.AppRunner(make_app(engine, options), access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def step_engine():
+    """The StepEngine class (token progress set by the test)."""
+    return StepEngine
+
+
+@pytest.fixture
+def serve_engine():
+    """`async with serve_engine(engine, options) as url`."""
+    return _serve_engine
 
 
 async def _sse_events(resp: aiohttp.ClientResponse) -> list:
