@@ -81,12 +81,12 @@ def one_line(text: str, limit: int = 400) -> str:
 _signalled: list[int] = []  # signals received since install_signal_handlers
 
 
-def _interrupt(signum, frame) -> None:  # noqa: ARG001
+def _interrupt(signum, frame) -> None:
     _signalled.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _stop_now(signum, frame) -> None:  # noqa: ARG001
+def _stop_now(signum, frame) -> None:
     # Raising here could surface inside any import as another error (e.g. a RuntimeError from a class
     # body); nothing has been done yet, so leave at once.
     try:
@@ -154,7 +154,7 @@ def forget_interrupt() -> None:
     code that way) as unhandled even when a caller catches it, and `python -m` then kills itself with
     SIGINT at exit (status -2 instead of 130). Each string `exec` clears that mark first.
     """
-    exec("pass", {})  # noqa: S102
+    exec("pass", {})
 
 
 def path_error(err: BaseException | None) -> str | None:
@@ -257,7 +257,7 @@ def run_command(fn: Callable[[], int | None], prog: str) -> NoReturn:
         if exc.code == EXIT_INTERRUPTED:
             forget_interrupt()
         raise
-    except BaseException as err:  # noqa: BLE001 - every way out gets a status and one line
+    except BaseException as err:  # every way out gets a status and one line
         if os.environ.get("HARNESS_TRACEBACK") and not interrupted(err):
             import traceback
 

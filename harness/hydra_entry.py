@@ -19,8 +19,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, _input_cause, crash_site, describe_crash,
-                            forget_interrupt, install_signal_handlers, interrupted, one_line, path_error, save_traceback)
+from harness.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    _input_cause,
+    crash_site,
+    describe_crash,
+    forget_interrupt,
+    install_signal_handlers,
+    interrupted,
+    one_line,
+    path_error,
+    save_traceback,
+)
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -50,7 +61,7 @@ def _failing_override(overrides: list[str]) -> str | None:
     for override in overrides:
         try:
             parser.parse_override(override)
-        except Exception:  # noqa: BLE001 - any parse failure names this override
+        except Exception:  # any parse failure names this override
             return override
     return None
 
@@ -97,8 +108,8 @@ def fold_hydra_error(err: BaseException, overrides: list[str] | None = None) -> 
     node = getattr(cause, "parent_node", None) if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) else None
     if node is not None:
         try:
-            keys = [str(k) for k in node.keys() if str(k) != "hydra"]
-        except Exception:  # noqa: BLE001 - the hint is optional
+            keys = [str(k) for k in node if str(k) != "hydra"]
+        except Exception:  # the hint is optional
             keys = []
         if keys:
             message += f"; valid keys here: {', '.join(keys)}"
@@ -170,6 +181,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
             restore_signals = install_signal_handlers()
             user_full_error = os.environ.get("HYDRA_FULL_ERROR")
             stderr = _Stderr(sys.stderr)
+            args: Any = None
             try:
                 import hydra
 
@@ -186,14 +198,14 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 if exc.code == EXIT_INTERRUPTED:
                     forget_interrupt()
                 raise
-            except BaseException as err:  # noqa: BLE001 - every way out gets a status and one line
+            except BaseException as err:  # every way out gets a status and one line
                 sys.stderr = stderr.inner
                 if user_full_error and not interrupted(err):
                     import traceback
 
                     traceback.print_exc()
-                multirun = bool(getattr(locals().get("args"), "multirun", False))
-                status, line = _status(err, prog, list(getattr(locals().get("args"), "overrides", []) or []),
+                multirun = bool(getattr(args, "multirun", False))
+                status, line = _status(err, prog, list(getattr(args, "overrides", None) or []),
                                        stderr.job if multirun else None)
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
@@ -220,7 +232,7 @@ def _output_dir() -> str | None:
         from hydra.core.hydra_config import HydraConfig
 
         return str(HydraConfig.get().runtime.output_dir)
-    except Exception:  # noqa: BLE001 - no Hydra context (a test calling the task directly)
+    except Exception:
         return None
 
 

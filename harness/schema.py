@@ -223,7 +223,7 @@ def validate_config(cfg: Any) -> None:
     for rule in RANGES:
         try:
             value = OmegaConf.select(cfg, rule.key, default=_ABSENT, throw_on_missing=False)
-        except Exception:  # noqa: BLE001 - an unresolvable value is reported where it is used
+        except Exception:  # noqa: BLE001, S112 - an unresolvable value is reported where it is used
             continue
         if value is _ABSENT:
             continue

@@ -57,7 +57,7 @@ def _assemble(t: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, infinite_h
         "duration_s": duration_s,
         "rate_rps": len(t) / duration_s if duration_s > 0 else None,
         "iat_cv": float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else None,
-        "distinct_arrival_times": int(len(np.unique(t))),
+        "distinct_arrival_times": len(np.unique(t)),
         "input_tokens": _summary(inputs),
         "output_tokens": _summary(outputs),
         "prefix_hit_token_frac_infinite": infinite["token_frac"],

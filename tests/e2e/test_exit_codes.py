@@ -43,7 +43,7 @@ def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
         (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
         env.update(HARNESS_TEST_CRASH=crash, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
     return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -112,7 +112,7 @@ def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
     ro, full = tmp_path / "ro", tmp_path / "full"
     ro.mkdir()
     full.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)]).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
@@ -129,9 +129,9 @@ def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
             assert not (full / "t.jsonl").exists() and not list(full.iterdir())  # nothing half-written
             assert source.read_bytes() == before
         finally:
-            subprocess.run(["umount", str(full)])
+            subprocess.run(["umount", str(full)], check=False)
     finally:
-        subprocess.run(["umount", str(ro)])
+        subprocess.run(["umount", str(ro)], check=False)
 
 
 # -- crashes: 1, with the traceback on disk ---------------------------------------------------------------

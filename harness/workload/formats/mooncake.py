@@ -107,7 +107,7 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
 
 
 def chunks(path: Path, rows: int = 10_000,
-           report: LoadReport | None = None) -> Iterator[tuple[Columns, Callable[[int], str]]]:  # noqa: ARG001
+           report: LoadReport | None = None) -> Iterator[tuple[Columns, Callable[[int], str]]]:
     """The file's rows as Columns of at most `rows` requests each (for statistics in bounded memory)."""
     batch: list[Row] = []
     for row in _rows(path):

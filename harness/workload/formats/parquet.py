@@ -99,7 +99,7 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
 
 
 def chunks(path: Path, rows: int = 10_000,
-           report: LoadReport | None = None) -> Iterator[tuple[Columns, Callable[[int], str]]]:  # noqa: ARG001
+           report: LoadReport | None = None) -> Iterator[tuple[Columns, Callable[[int], str]]]:
     """The file's rows as Columns of at most `rows` requests each (for statistics in bounded memory).
 
     Duplicate request ids are checked at the end (8 bytes per request are kept for it)."""
