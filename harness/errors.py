@@ -3,11 +3,20 @@
 Every boundary (config composition, trace loading, deployment construction, HTTP parsing) raises
 `InputError` with a message that names the file, line, field or key and the valid choices. The
 console entry points turn it into `error: <message>` on stderr and exit status 2.
+
+Every command exits 0 ok, 1 a failed check or a crash, 2 bad input, 130 interrupted (SIGINT or
+SIGTERM), each with one stderr line: `run_command` (argparse commands) and `harness.hydra_entry`
+(Hydra commands) map whatever ended the command to its status (`exit_status`).
 """
 
 from __future__ import annotations
 
+import argparse
+import errno
 import functools
+import os
+import re
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
@@ -48,3 +57,232 @@ def exits_on_input_error(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(err))
 
     return wrapper
+
+
+# -- exit statuses of every command ------------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a failed check (harness-gate) or a crash (a harness bug: the one line says which)
+EXIT_INTERRUPTED = 130  # SIGINT or SIGTERM, at any moment from start-up to exit
+
+# OS errors about a path the user chose (an output folder on a read-only or full filesystem, a folder
+# that does not exist): bad input, not a crash.
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOENT, errno.ENOTDIR,
+                errno.EISDIR, errno.ENAMETOOLONG, errno.EEXIST}
+_WRITE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """Collapse whitespace and newlines: a message for one stderr line."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_signalled: list[int] = []  # signals received since install_signal_handlers
+
+
+def _interrupt(signum, frame) -> None:
+    _signalled.append(signum)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop_now(signum, frame) -> None:
+    # Raising here could surface inside any import as another error (e.g. a RuntimeError from a class
+    # body); nothing has been done yet, so leave at once.
+    try:
+        os.write(2, b"interrupted\n")
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def install_early_signal_handlers() -> None:
+    """While a command is still importing (nothing to save yet), SIGINT/SIGTERM exit at once with 130
+    and one line; the command's main() then installs `install_signal_handlers`."""
+    try:
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, _stop_now)
+        signal.signal(signal.SIGTERM, _stop_now)
+    except ValueError:  # not the main thread
+        pass
+
+
+def install_signal_handlers() -> Callable[[], None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt, so every phase of a command stops the same way
+    (a run loop may install its own handler for its duration, e.g. harness.recording.stop_on_signals,
+    and put this one back when it ends). Returns a function that restores the previous handlers."""
+    previous: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old = signal.getsignal(sig)
+            if sig == signal.SIGINT and old is signal.SIG_IGN:  # e.g. started with nohup ... &: keep ignoring
+                continue
+            previous[sig] = old
+            signal.signal(sig, _interrupt)
+    except ValueError:  # not the main thread (an embedding application): leave its signals alone
+        pass
+    _signalled.clear()
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            try:
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            except (ValueError, TypeError):
+                pass
+
+    return restore
+
+
+def interrupted(err: BaseException | None = None) -> bool:
+    """Whether a command was interrupted: a signal arrived, or `err` (or what caused it) is a Ctrl-C.
+
+    A signal can surface inside library code as another exception (an import wraps it in a
+    RuntimeError, a thread pool in its own error); the status is still 130."""
+    if _signalled:
+        return True
+    seen = 0
+    while err is not None and seen < 20:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
+
+
+def forget_interrupt() -> None:
+    """Exit with the status we choose after a handled Ctrl-C, not by SIGINT.
+
+    CPython 3.11 marks a KeyboardInterrupt that ends a string `exec` (dataclasses and others build
+    code that way) as unhandled even when a caller catches it, and `python -m` then kills itself with
+    SIGINT at exit (status -2 instead of 130). Each string `exec` clears that mark first.
+    """
+    exec("pass", {})
+
+
+def path_error(err: BaseException | None) -> str | None:
+    """One line for an OS error about a user-chosen path (see _PATH_ERRNOS), found in `err` or what
+    caused it (Hydra's log set-up wraps it in a ValueError); None for anything else."""
+    seen = 0
+    while err is not None and seen < 20:
+        if isinstance(err, OSError):
+            code = err.errno
+            if code is None:  # pyarrow: "... Detail: [errno 28] No space left on device"
+                found = re.search(r"\[errno (\d+)\]", str(err))
+                code = int(found.group(1)) if found else None
+            if code in _PATH_ERRNOS:
+                text = (err.strerror or os.strerror(code)) if err.errno else str(err)
+                if err.filename:
+                    return one_line(f"{err.filename}: {text}")
+                return one_line(f"cannot write an output file: {text}" if code in _WRITE_ERRNOS else text)
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+def _input_cause(err: BaseException) -> InputError | None:
+    seen = 0
+    cause: BaseException | None = err
+    while cause is not None and seen < 20:
+        if isinstance(cause, InputError):
+            return cause
+        cause, seen = cause.__cause__, seen + 1
+    return None
+
+
+def crash_site(err: BaseException) -> str:
+    """`file:line (function)` of the innermost frame of the traceback, inside the harness if any."""
+    tb = err.__traceback__
+    last = inner = None
+    while tb is not None:
+        last = tb
+        if "/harness/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            inner = tb
+        tb = tb.tb_next
+    tb = inner or last
+    if tb is None:
+        return ""
+    path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+    short = path[path.rindex("/harness/") + 1:] if "/harness/" in path else path.rsplit("/", 1)[-1]
+    return f" at {short}:{tb.tb_lineno} ({tb.tb_frame.f_code.co_name})"
+
+
+def save_traceback(err: BaseException, folder: str | os.PathLike[str] | None = None) -> str | None:
+    """Write the traceback of `err` to `folder`/traceback.txt (or a temp file); return the path."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    try:
+        if folder is not None:
+            path = os.path.join(os.fspath(folder), "traceback.txt")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return path
+        fd, path = tempfile.mkstemp(prefix="harness-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+    except OSError:
+        return None
+
+
+def describe_crash(err: BaseException, prog: str) -> str:
+    """The one line of a crash: what, where, and where the full traceback went."""
+    saved = getattr(err, "harness_traceback", None) or save_traceback(err)
+    detail = one_line(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__, 300)
+    site = getattr(err, "harness_where", None) or crash_site(err)
+    return (f"{prog} crashed (a bug, not bad input): {detail}{site}"
+            + (f"; traceback in {saved}" if saved else ""))
+
+
+def exit_status(err: BaseException, prog: str) -> tuple[int, str]:
+    """(exit status, one stderr line) for an exception that ended a command."""
+    if interrupted(err):
+        return EXIT_INTERRUPTED, "interrupted"
+    cause = _input_cause(err)
+    if cause is not None:
+        return EXIT_BAD_INPUT, f"error: {one_line(str(cause))}"
+    line = path_error(err)
+    if line is not None:
+        return EXIT_BAD_INPUT, f"error: {line}"
+    if isinstance(err, MemoryError):
+        return EXIT_FAILED, f"error: {prog} ran out of memory{crash_site(err)}"
+    return EXIT_FAILED, f"error: {describe_crash(err, prog)}"
+
+
+def run_command(fn: Callable[[], int | None], prog: str) -> NoReturn:
+    """Run a command's body and exit: its status (0 when None), or the status of what stopped it, with
+    one stderr line and no traceback (HARNESS_TRACEBACK=1 prints it too). SIGTERM counts as Ctrl-C."""
+    restore = install_signal_handlers()
+    try:
+        code = fn()
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            forget_interrupt()
+        raise
+    except BaseException as err:  # every way out gets a status and one line
+        if os.environ.get("HARNESS_TRACEBACK") and not interrupted(err):
+            import traceback
+
+            traceback.print_exc()
+        status, line = exit_status(err, prog)
+        _write_line(line)
+        if status == EXIT_INTERRUPTED:
+            forget_interrupt()
+        raise SystemExit(status) from None
+    finally:
+        restore()
+    raise SystemExit(EXIT_OK if code is None else code)
+
+
+def _write_line(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed or a broken pipe: the status still says it
+        pass
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a usage error as one line (`error: PROG: ... (see PROG --help)`) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        _write_line(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)")
+        raise SystemExit(EXIT_BAD_INPUT)

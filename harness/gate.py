@@ -1,19 +1,18 @@
 """`harness-gate DIR... --gate conf/gates/<name>.yaml`: pass/fail perf checks on a sweep report.
 
-Exit status: 0 every check passed, 1 some check failed (the table names it), 2 bad input (gate file
-or results folder).
+Exit status: 0 every check passed, 1 some check failed (the table names it) or the command crashed
+(one `error: harness-gate crashed ...` line), 2 bad input (gate file or results folder), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from harness.errors import exits_on_input_error
+from harness.errors import ArgumentParser, exits_on_input_error, run_command
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="harness-gate", description="Pass/fail perf checks on a sweep report; exit 0 pass, 1 fail, 2 bad input.")
+    parser = ArgumentParser(prog="harness-gate", description="Pass/fail perf checks on a sweep report; exit 0 pass, 1 fail, 2 bad input.")
     parser.add_argument("dirs", nargs="+", metavar="DIR",
                         help="results folders (run dirs are re-read) or report.parquet files")
     parser.add_argument("--gate", required=True, metavar="FILE", help="gate file, e.g. conf/gates/paper_case.yaml")
@@ -33,21 +32,10 @@ def run(argv: list[str] | None = None) -> int:
     return 0 if all(res.passed for res in results) else 1
 
 
-EXIT_INTERNAL = 3  # a crash must not read as "the gate failed" (1) to CI
-
-
 def main(argv: list[str] | None = None) -> None:
-    try:
-        code = run(argv)
-    except SystemExit:
-        raise
-    except Exception:  # noqa: BLE001 - anything else is a harness bug, not a verdict
-        import traceback
-
-        traceback.print_exc()
-        sys.stderr.write("error: harness-gate crashed (exit 3); this is a bug, not a gate failure\n")
-        code = EXIT_INTERNAL
-    sys.exit(code)
+    # A crash exits 1 like a failed gate, but its one line says "crashed (a bug, ...)" and where the
+    # traceback went, so CI logs tell the two apart; bad input is 2, Ctrl-C/SIGTERM 130.
+    run_command(lambda: run(argv), "harness-gate")
 
 
 if __name__ == "__main__":

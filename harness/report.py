@@ -7,13 +7,12 @@ the first DIR) and prints the per-deployment and per-run tables. Nothing is re-r
 from __future__ import annotations
 
 import argparse
-import sys
 
-from harness.errors import exits_on_input_error
+from harness.errors import ArgumentParser, exits_on_input_error, run_command
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="harness-report", description="Sweep report from Parquet alone: report.parquet, figures and tables.")
+    parser = ArgumentParser(prog="harness-report", description="Sweep report from Parquet alone: report.parquet, figures and tables.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="results folders (multirun sweeps or run dirs)")
     parser.add_argument("--out", default=None, help="where report.parquet and figures go (default: the first DIR)")
     parser.add_argument("--no-figures", action="store_true", help="write only report.parquet and print the tables")
@@ -36,7 +35,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    sys.exit(run(argv))
+    run_command(lambda: run(argv), "harness-report")
 
 
 if __name__ == "__main__":

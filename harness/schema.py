@@ -10,12 +10,14 @@ constructors, which name the field and the valid range.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
 from harness.deploy.schema import CacheConfig, FaultsConfig, RebalancerConfig
+from harness.errors import InputError
 
 # Parts that own config groups; each module defines register(cs: ConfigStore) -> None.
 _PARTS = (
@@ -139,3 +141,104 @@ def register_configs() -> None:
 
     OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
     _registered = True
+
+
+# -- value ranges: checked once, when a command starts (harness.hydra_entry), before anything runs --------
+# The schemas above fix types; these fix ranges. (key, lowest, highest, how the ends count, null allowed,
+# what null means). "(" / ")" exclude an end, "[" / "]" include it; an open upper end of inf excludes inf
+# unless "]" is given. Keys absent from a config (a polymorphic group) are skipped.
+
+@dataclass(frozen=True)
+class Range:
+    key: str
+    low: float
+    high: float = math.inf
+    ends: str = "[)"
+    nullable: bool = False
+    null: str = ""  # what null means, for the message
+    integer: bool = False
+
+    def text(self) -> str:
+        if self.low == 0 and self.high == math.inf and self.ends[0] == "(":
+            rng = "> 0"
+        elif self.high == math.inf:
+            rng = f"{'>=' if self.ends[0] == '[' else '>'} {self.low:g}"
+        else:
+            rng = f"in {self.ends[0]}{self.low:g}, {self.high:g}{self.ends[1]}"
+        inf = not self.integer and self.ends[1] == "]" and self.high == math.inf
+        kind = "an integer" if self.integer else ("a number" if inf else "a finite number")
+        extra = [e for e in ("inf allowed" if inf else "", f"null: {self.null}" if self.nullable else "") if e]
+        return f"{kind} {rng}" + (f" ({'; '.join(extra)})" if extra else "")
+
+    def ok(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return False
+        if self.integer and not (isinstance(value, int) or float(value).is_integer()):
+            return False
+        if math.isinf(value) and not (value > 0 and self.high == math.inf and self.ends[1] == "]"):
+            return False
+        above = value >= self.low if self.ends[0] == "[" else value > self.low
+        below = value <= self.high if self.ends[1] == "]" else value < self.high
+        return above and below
+
+
+RANGES: tuple[Range, ...] = (
+    Range("seed", 0, integer=True, nullable=True, null="unseeded"),
+    Range("analysis.timeseries.bin_s", 0, ends="()"),
+    Range("analysis.warmup_fraction", 0, 1, "[)"),
+    Range("analysis.slo.ttft_s", 0, ends="(]"),
+    Range("analysis.slo.tpot_s", 0, ends="(]"),
+    Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate"),
+    Range("loadgen.concurrency", 1, integer=True, nullable=True, null="open loop"),
+    Range("loadgen.saturation_in_flight", 1, integer=True),
+    Range("loadgen.max_duration_s", 0, ends="(]", nullable=True, null="no limit"),
+    Range("loadgen.warmup_s", 0),
+    Range("loadgen.max_lateness_ms", 0, ends="(]"),
+    Range("loadgen.min_rate_fraction", 0, 1, "[]"),
+    Range("loadgen.max_loop_lag_ms", 0, ends="(]"),
+    Range("loadgen.max_concurrency", 1, integer=True, nullable=True, null="no cap"),
+    Range("loadgen.ramp_up_s", 0, ends="()", nullable=True, null="no ramp"),
+    Range("loadgen.ramp_up_start_fraction", 0, 1, "[]"),
+    Range("loadgen.status_every_s", 0),
+    Range("target.time_scale", 0, ends="()", nullable=True, null="detected"),
+    Range("target.timeout_s", 0, ends="(]"),
+    Range("target.max_connections", 0, integer=True),
+    Range("target.token_id_min", 0, integer=True),
+    Range("server.port", 0, 65535, "[]", integer=True),
+    Range("server.time_scale", 0, ends="()"),
+    Range("server.max_model_len", 1, integer=True),
+    Range("server.default_max_tokens", 1, integer=True),
+    Range("server.stream_interval_tokens", 1, integer=True, nullable=True, null="round(time_scale)"),
+    Range("server.max_body_bytes", 1, integer=True),
+    Range("server.max_lag_ms", 0, ends="(]"),
+    Range("cache.capacity_tokens", 0, integer=True, nullable=True, null="unlimited"),
+    Range("rebalancer.period_s", 0, ends="()"),
+    Range("rebalancer.window_s", 0, ends="()"),
+    Range("rebalancer.switch_delay_s", 0),
+    Range("rebalancer.min_gain", 0),
+    Range("rebalancer.min_samples", 1, integer=True),
+    Range("planner.tie_rel_tol", 0),
+)
+
+
+_ABSENT = object()
+
+
+def validate_config(cfg: Any) -> None:
+    """Refuse a value out of its range with one line naming the key and the valid range (InputError)."""
+    from omegaconf import OmegaConf
+
+    for rule in RANGES:
+        try:
+            value = OmegaConf.select(cfg, rule.key, default=_ABSENT, throw_on_missing=False)
+        except Exception:  # noqa: BLE001, S112 - an unresolvable value is reported where it is used
+            continue
+        if value is _ABSENT:
+            continue
+        if not rule.ok(value):
+            raise InputError(f"{rule.key} must be {rule.text()}, got {value!r}")
+    low, high = OmegaConf.select(cfg, "target.token_id_min"), OmegaConf.select(cfg, "target.token_id_max")
+    if isinstance(low, int) and isinstance(high, int) and high <= low:
+        raise InputError(f"target.token_id_max must be > target.token_id_min={low}, got {high}")

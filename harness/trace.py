@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from harness.errors import InputError, fail
+from harness.errors import ArgumentParser, InputError, run_command
 
 _log = logging.getLogger("harness.trace")
 
@@ -71,15 +71,14 @@ def _table(stats: dict[str, Any]) -> str:
 
 def _stats(args: argparse.Namespace) -> None:
     from harness.workload.base import resolve_path
-    from harness.workload.formats import load_trace
-    from harness.workload.stats import trace_stats
+    from harness.workload.stats import stream_trace_stats
 
     for capacity in args.lru_blocks:
         if capacity < 1:
             raise InputError(f"--lru-blocks must be positive integers, got {capacity}")
-    requests, report = load_trace(resolve_path(args.file), args.format, args.block_tokens)
+    # Streamed: memory follows the requests' count and the distinct blocks, not the file's size.
+    stats, report = stream_trace_stats(resolve_path(args.file), args.format, args.block_tokens, args.lru_blocks)
     _note(report.lines())
-    stats = trace_stats(requests, args.block_tokens, args.lru_blocks)
     print(json.dumps(stats) if args.json else _table(stats))
 
 
@@ -128,7 +127,7 @@ def _generate(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness-trace", description="Inspect, convert and generate request "
+    parser = ArgumentParser(prog="harness-trace", description="Inspect, convert and generate request "
                                      "traces (Mooncake .jsonl[.gz], Azure-style .csv[.gz], harness .parquet).")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{stats,convert,generate}")
 
@@ -169,12 +168,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="note: %(message)s", stream=sys.stderr)
-    try:
+    def body() -> None:
+        args = _parser().parse_args(argv)
+        logging.basicConfig(level=logging.WARNING, format="note: %(message)s", stream=sys.stderr)
         args.run(args)
-    except InputError as err:
-        fail(str(err))
+
+    run_command(body, "harness-trace")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,7 @@ REQUEST_COLUMNS: dict[str, Column] = {
 TIMESERIES_COLUMNS: dict[str, Column] = {
     "deployment": Column("string", "", True),
     "t_s": Column("float64", "s", True),
+    "bin_s": Column("float64", "s", doc="width of the bin: analysis.timeseries.bin_s, widened on long spans"),
     "egress_gbps": Column("float64", "Gbps", True, "cross-DC KV egress, 1e9 bit/s"),
     "link_capacity_gbps": Column("float64", "Gbps"),
     "prefill_queue_local": Column("float64", "requests"),
@@ -178,19 +180,40 @@ def write_parquet(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     try:
         arrow_safe(df).to_parquet(tmp, index=False)
         os.replace(tmp, path)
+    except OSError as err:  # a full or read-only disk: name the file we meant to write, not the temp one
+        code = err.errno
+        if code is None:  # pyarrow: "... Detail: [errno 28] No space left on device"
+            found = re.search(r"\[errno (\d+)\]", str(err))
+            code = int(found.group(1)) if found else None
+        raise OSError(code, os.strerror(code) if code else str(err), str(path)) from err
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only filesystem refuses even this
+            pass
     return path
+
+
+def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """`pd.read_parquet`, with a missing, corrupt or unreadable file as an InputError that names it."""
+    try:
+        return pd.read_parquet(path)
+    except FileNotFoundError as err:
+        raise InputError(f"no Parquet file at {path}") from err
+    except (OSError, ValueError, ImportError) as err:  # pyarrow's ArrowInvalid / ArrowIOError are among these
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(f"{path}: not a readable Parquet file ({detail[:200]}); re-create it or move it "
+                         f"out of the results folder") from err
 
 
 def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a Parquet file; if only its append parts exist (an interrupted run), read those."""
     path = Path(path)
     if path.exists():
-        return pd.read_parquet(path)
+        return read_table(path)
     parts = _parts(path)
     if parts:
-        return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        return pd.concat([read_table(p) for p in parts], ignore_index=True)
     raise InputError(f"no Parquet file at {path}")
 
 

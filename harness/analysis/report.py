@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import runs as r
-from harness.analysis.frames import write_parquet
+from harness.analysis.frames import read_table, write_parquet
 from harness.analysis.metrics import capacity_rps
 
 BASELINE = "homogeneous_pd"
@@ -310,7 +310,7 @@ def write_figures(report: pd.DataFrame, out_dir: str | os.PathLike[str], roots: 
             ("plan_sweep_threshold.parquet", "fig_plan_threshold.png", plots.plan_threshold, "threshold_tokens"),
             ("plan_sweep_split.parquet", "fig_plan_split.png", plots.plan_split, "n_prefill")):
         found = r.find_files(roots, file)
-        curve = pd.read_parquet(found[0]) if found else None
+        curve = read_table(found[0]) if found else None
         if curve is not None and len(curve):
             emit(fig_name, plots.plan_panels(curve, draw, emulated_points(report, curve, axis)))
         else:
@@ -319,7 +319,7 @@ def write_figures(report: pd.DataFrame, out_dir: str | os.PathLike[str], roots: 
     found = r.find_files(roots, "plan_kv_throughput.parquet")
     if found:
         fig, ax = plots.new_axes((9, 5.5))
-        plots.kv_throughput(pd.read_parquet(found[0]), ax)
+        plots.kv_throughput(read_table(found[0]), ax)
         emit("fig_kv_throughput.png", fig)
     else:
         notes.append("skipped fig_kv_throughput.png: no plan_kv_throughput.parquet "

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from harness.analysis.frames import read_table
 from harness.errors import InputError, choices
 
 SUMMARY_FILE = "summary.parquet"
@@ -121,7 +122,7 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         if is_incomplete(run_dir):
             row = incomplete_summary(run_dir)
         else:
-            summary = pd.read_parquet(run_dir / SUMMARY_FILE)
+            summary = read_table(run_dir / SUMMARY_FILE)
             if len(summary) != 1:
                 raise InputError(f"{run_dir / SUMMARY_FILE}: expected one row, found {len(summary)}")
             row = summary.iloc[0].to_dict()
@@ -137,7 +138,7 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         if not existing:
             raise InputError(f"no run directory (a folder with {SUMMARY_FILE}) and no {REPORT_FILE} under "
                              f"{choices(roots)}")
-        return pd.concat([pd.read_parquet(p) for p in existing], ignore_index=True)
+        return pd.concat([read_table(p) for p in existing], ignore_index=True)
     report = pd.DataFrame(rows)
     report["load_rps"] = load_rps(report)
     return report
@@ -232,7 +233,7 @@ def read_requests(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
 
 def read_timeseries(run_dir: str | os.PathLike[str]) -> pd.DataFrame | None:
     path = Path(str(run_dir)) / "timeseries.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
+    return read_table(path) if path.is_file() else None
 
 
 def find_files(roots: Sequence[str | os.PathLike[str]], name: str) -> list[Path]:

@@ -100,6 +100,7 @@ def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, met
         "egress_gbps_mean": m.egress_gbps(ts, "mean"),
         "egress_gbps_p99": m.egress_gbps(ts, "p99"),
         "steady_egress_gbps_mean": m.egress_gbps(ts, "mean", start_s, end_s),
+        "timeseries_bin_s": m.mean(ts["bin_s"].to_numpy(dtype=float)) if "bin_s" in ts.columns else float("nan"),
         "link_util_mean": m.link_util(ts, "mean"),
         "link_util_p99": m.link_util(ts, "p99"),
         "offload_fraction": m.offload_fraction(df),

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from harness.analysis.frames import read_table
+
 
 def _binned(df: pd.DataFrame, bin_s: float) -> pd.DataFrame:
     done = df[df["error"].isna()] if "error" in df else df
@@ -30,12 +32,12 @@ def timeline(runs: pd.DataFrame, category: str, bin_s: float = 20.0) -> Figure:
         group = runs[runs[category].astype(str) == value]
         ax_ttft, ax_done, ax_link = axes[row]
         for _, run in group.sort_values("deployment").iterrows():
-            requests = pd.read_parquet(f"{run['run_dir']}/requests.parquet")
+            requests = read_table(f"{run['run_dir']}/requests.parquet")
             binned = _binned(requests, bin_s)
             label = str(run["deployment"])
             ax_ttft.plot(binned.index, binned["ttft_p90_s"], label=label)
             ax_done.plot(binned.index, binned["completions_per_s"], label=label)
-            ts = pd.read_parquet(f"{run['run_dir']}/timeseries.parquet")
+            ts = read_table(f"{run['run_dir']}/timeseries.parquet")
             if ts["egress_gbps"].max() > 0:
                 ax_link.plot(ts["t_s"], ts["egress_gbps"], label=f"{label} egress", lw=0.8)
                 ax_link.plot(ts["t_s"], ts["link_capacity_gbps"], ls="--", color="grey", lw=0.8)

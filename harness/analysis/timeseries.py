@@ -7,8 +7,45 @@ on), so nothing is sampled during the run and nothing costs events on the hot pa
 
 from __future__ import annotations
 
+import logging
+import math
+
 import numpy as np
 import pandas as pd
+
+from harness.errors import require
+
+# At most this many rows per time series, whatever the run's span: a 2-request trace 1e12 ms long
+# at 1 s bins would otherwise need 1e9 rows (7.45 GiB) per column. Past it, bins widen (see bin_width).
+MAX_BINS = 100_000
+
+log = logging.getLogger(__name__)
+
+
+def bin_width(t_end: float, bin_s: float, max_bins: int = MAX_BINS) -> float:
+    """`bin_s`, or its smallest whole multiple that covers [0, t_end) in at most `max_bins` bins.
+
+    A whole multiple keeps every bin edge on the grid of the requested width. The width used is the
+    `bin_s` column of the time series (and `timeseries_bin_s` in the summary).
+    """
+    require(math.isfinite(bin_s) and bin_s > 0, f"analysis.timeseries.bin_s must be a finite number > 0, got {bin_s}")
+    require(math.isfinite(t_end), f"time series: the run's end time must be finite, got {t_end}")
+    n_bins = math.ceil(max(t_end, 0.0) / bin_s)
+    if n_bins <= max_bins:
+        return float(bin_s)
+    width = bin_s * math.ceil(n_bins / max_bins)
+    while math.ceil(t_end / width) > max_bins:  # float rounding at the boundary
+        width += bin_s
+    log.warning("time series: a %.4g s run at analysis.timeseries.bin_s=%g would need %d bins; binned at "
+                "%.6g s instead (at most %d bins)", t_end, bin_s, n_bins, width, max_bins)
+    return float(width)
+
+
+def bin_edges(t_end: float, bin_s: float, max_bins: int = MAX_BINS) -> tuple[np.ndarray, float]:
+    """Edges of the bins covering [0, t_end) (at least one bin) and the width used (see bin_width)."""
+    width = bin_width(t_end, bin_s, max_bins)
+    n_bins = max(1, math.ceil(t_end / width))
+    return np.arange(n_bins + 1, dtype=float) * width, width
 
 
 def _integral(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -44,9 +81,9 @@ def build_timeseries(
     roles_log: list[tuple[float, int, int]] | None = None,
     evictions: list[tuple[float, int]] | None = None,
 ) -> pd.DataFrame:
-    n_bins = max(1, int(np.ceil(t_end / bin_s)))
-    edges = np.arange(n_bins + 1, dtype=float) * bin_s
-    frame = {"deployment": deployment, "t_s": edges[:-1]}
+    edges, bin_s = bin_edges(t_end, bin_s)
+    n_bins = len(edges) - 1
+    frame = {"deployment": deployment, "t_s": edges[:-1], "bin_s": np.full(n_bins, bin_s)}
     if link is not None:
         _, egress, capacity = link.egress_series(edges[-1], bin_s)
         frame["egress_gbps"] = egress[:n_bins]

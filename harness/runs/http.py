@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from harness.analysis.frames import requests_frame
 from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
-from harness.analysis.timeseries import build_timeseries, occupancy
+from harness.analysis.timeseries import bin_edges, build_timeseries, occupancy
 from harness.errors import require
 from harness.loadgen.health import loadgen_health
 from harness.loadgen.run import HttpLoad, chunks_frame, client_rows, drive
@@ -64,15 +64,17 @@ def _stop_on_signals() -> Iterator[asyncio.Event]:
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
+            previous = signal.getsignal(sig)
             loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
+            installed.append((sig, previous))
         except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
             pass
     try:
         yield stop
     finally:
-        for sig in installed:
+        for sig, previous in installed:
             loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)  # the command's own handler again
 
 
 def _row_sink(streams: dict[str, RecordStream], stop: asyncio.Event):
@@ -242,19 +244,19 @@ def _deployment_timeseries(frame: pd.DataFrame, built, shift_s: float, bin_s: fl
         n_prfaas=built.n_prfaas, n_decode=built.n_decode, decode_slots=sum(d.bs_max for d in dep.decode),
         link=dep.cross_link, **optional)
     ts["t_s"] = ts["t_s"] - shift_s
-    return ts[ts["t_s"] > -bin_s / 2].reset_index(drop=True)
+    return ts[ts["t_s"] + ts["bin_s"] > bin_s / 2].reset_index(drop=True)  # bins ending after the run's zero
 
 
 def _client_timeseries(frame: pd.DataFrame, label: str, bin_s: float) -> pd.DataFrame:
     """What a client can see of an external endpoint per bin: requests in flight, arrivals, completions."""
     t_end = _t_end(frame)
-    n_bins = max(1, int(np.ceil(t_end / bin_s)))
-    edges = np.arange(n_bins + 1, dtype=float) * bin_s
+    edges, bin_s = bin_edges(t_end, bin_s)  # at most MAX_BINS rows, whatever the span
+    n_bins = len(edges) - 1
     sent = frame["sent_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
     done = frame["done_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
     finish = frame["finish_s"].to_numpy(dtype=float, na_value=np.nan) if len(frame) else np.zeros(0)
     return pd.DataFrame({
-        "deployment": label, "t_s": edges[:-1], "egress_gbps": np.full(n_bins, np.nan),
+        "deployment": label, "t_s": edges[:-1], "bin_s": bin_s, "egress_gbps": np.full(n_bins, np.nan),
         "link_capacity_gbps": np.full(n_bins, np.nan), "in_flight": occupancy(sent, done, edges),
         "arrivals_per_s": np.histogram(sent[np.isfinite(sent)], edges)[0] / bin_s,
         "completions_per_s": np.histogram(finish[np.isfinite(finish)], edges)[0] / bin_s,

@@ -7,15 +7,17 @@ unless `fmt` names it. Bad input raises InputError naming the file, line (or row
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from harness.errors import InputError, choices
 from harness.workload.formats import azure, mooncake, parquet
 from harness.workload.formats.common import LoadReport
 from harness.workload.request import Request
 
-__all__ = ["FORMATS", "LoadReport", "detect_format", "load_trace", "read_trace", "write_trace"]
+__all__ = ["FORMATS", "LoadReport", "detect_format", "load_trace", "open_chunks", "read_trace", "write_trace"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +57,19 @@ def load_trace(path: str | Path, fmt: str | None = None, block_tokens: int = 512
     return module.read(path, block_tokens)
 
 
+def open_chunks(path: str | Path, fmt: str | None = None, block_tokens: int = 512) -> tuple[ModuleType, LoadReport]:
+    """The reader module of `path` (its `chunks(path, rows, report)` yields Columns) and an empty report;
+    the same up-front checks as `load_trace`."""
+    path = Path(path)
+    name = detect_format(path, fmt)
+    _check_block_tokens(block_tokens)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a trace file")
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    return FORMATS[name], LoadReport(str(path), name)
+
+
 def read_trace(path: str | Path, fmt: str | None = None, block_tokens: int = 512) -> list[Request]:
     """Read a trace; any change the loader made is logged as a warning (never silent)."""
     requests, report = load_trace(path, fmt, block_tokens)
@@ -69,4 +84,16 @@ def write_trace(requests: Sequence[Request], path: str | Path, fmt: str | None =
     module = FORMATS[detect_format(path, fmt)]
     if not path.parent.exists():
         raise InputError(f"{path}: directory {path.parent} does not exist")
-    module.write(requests, path)
+    # A temp name beside the output (same suffix, so .gz still compresses), then a rename: a reader
+    # sees the old file or the whole new one, never a truncated one, and the input is never touched.
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        module.write(requests, tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write the trace ({err.strerror or err}); nothing was written") from err
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only filesystem refuses even this
+            pass

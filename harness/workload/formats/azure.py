@@ -9,7 +9,7 @@ report). Extra columns are ignored. Written files use seconds.
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +27,19 @@ HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 Where = Callable[[int], str]  # data row index -> "file:line"
 
 
-def _rows(path: Path) -> tuple[pd.DataFrame, Where]:
-    """The data rows as strings, and where each one is in the file (blank lines skipped, counted)."""
+def _row_chunks(path: Path, size: int | None = None) -> Iterator[tuple[pd.DataFrame, Where]]:
+    """The data rows as strings, `size` rows at a time (all at once when None), and where each one is
+    in the file (blank lines skipped, counted). A header-only file gives one empty chunk."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f, skipinitialspace=True)
         header = next(reader, None)
         if header is None:
             raise InputError(f"{path}: empty trace (no header, no requests)")
         width = len(header)
-        rows, lines = [], []
+        columns = [str(c).strip() for c in header]
+        rows: list[list[str]] = []
+        lines: list[int] = []
+        sent = False
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue
@@ -43,8 +47,16 @@ def _rows(path: Path) -> tuple[pd.DataFrame, Where]:
                 raise InputError(f"{path}:{reader.line_num}: {len(row)} fields, but the header has {width}")
             rows.append(row + [""] * (width - len(row)))
             lines.append(reader.line_num)
-    frame = pd.DataFrame(rows, columns=[str(c).strip() for c in header], dtype=str)
-    return frame, lambda i: f"{path}:{lines[i]}"
+            if size is not None and len(rows) >= size:
+                yield pd.DataFrame(rows, columns=columns, dtype=str), (lambda i, at=lines: f"{path}:{at[i]}")
+                rows, lines, sent = [], [], True
+        if rows or not sent:
+            yield pd.DataFrame(rows, columns=columns, dtype=str), (lambda i, at=lines: f"{path}:{at[i]}")
+
+
+def _rows(path: Path) -> tuple[pd.DataFrame, Where]:
+    """The data rows as strings, and where each one is in the file (blank lines skipped, counted)."""
+    return next(_row_chunks(path))
 
 
 def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -57,11 +69,16 @@ def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
     return text.astype(np.int64).to_numpy()
 
 
-def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport) -> np.ndarray:
-    """Seconds if the first row is a number, else ISO-8601 datetimes; the first misfit row is named."""
+def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict | None = None) -> np.ndarray:
+    """Seconds if the first row is a number, else ISO-8601 datetimes; the first misfit row is named.
+
+    `state` carries the first row's kind and datetime across the chunks of one file."""
+    state = {} if state is None else state
     text = frame["TIMESTAMP"].str.strip()
     numeric = pd.to_numeric(text, errors="coerce")
-    if len(text) == 0 or not np.isnan(numeric.iloc[0]):
+    if "numeric" not in state and len(text):
+        state["numeric"] = not np.isnan(numeric.iloc[0])
+    if len(text) == 0 or state["numeric"]:
         bad = numeric.isna().to_numpy()
         kind = "a number of seconds (as in the first row)"
         values = numeric.to_numpy(dtype=np.float64)
@@ -70,30 +87,47 @@ def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport) -> np.ndarra
         bad = stamps.isna().to_numpy()
         kind = "an ISO-8601 datetime (as in the first row)"
         if not bad.any():
-            report.rebased_from = stamps.iloc[0].isoformat()
-            values = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+            base = state.setdefault("base", stamps.iloc[0])
+            report.rebased_from = base.isoformat()
+            values = (stamps - base).dt.total_seconds().to_numpy(dtype=np.float64)
     if bad.any():
         i = int(np.argmax(bad))
         raise InputError(f"{where(i)}: field 'TIMESTAMP' must be {kind}, got {frame['TIMESTAMP'].iloc[i]!r}")
     return values
 
 
-def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
-    report = LoadReport(str(path), "csv")
+def _open_rows(path: Path, size: int | None) -> Iterator[tuple[pd.DataFrame, Where]]:
     try:
-        frame, where = _rows(path)
+        yield from _row_chunks(path, size)
     except FileNotFoundError as err:
         raise InputError(f"{path}: no such file") from err
     except (csv.Error, UnicodeDecodeError, OSError) as err:
         raise InputError(f"{path}: cannot parse as CSV ({str(err).strip().splitlines()[0]})") from err
+
+
+def _parse(path: Path, frame: pd.DataFrame, where: Where, report: LoadReport, state: dict) -> Columns:
     missing = [c for c in HEADER if c not in frame.columns]
     if missing:
         raise InputError(f"{path}:1: missing column(s) {', '.join(missing)} (header must have "
                          f"{','.join(HEADER)}; found {','.join(frame.columns)})")
-    cols = Columns(_seconds(where, frame, report), _integers(where, frame, "ContextTokens"),
+    return Columns(_seconds(where, frame, report, state), _integers(where, frame, "ContextTokens"),
                    _integers(where, frame, "GeneratedTokens"))
+
+
+def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
+    report = LoadReport(str(path), "csv")
+    frame, where = next(_open_rows(path, None))
+    cols = _parse(path, frame, where, report, {})
     requests = to_requests(cols, NAMES, where, block_tokens, report)
     return requests, report
+
+
+def chunks(path: Path, rows: int = 10_000, report: LoadReport | None = None) -> Iterator[tuple[Columns, Where]]:
+    """The file's rows as Columns of at most `rows` requests each (for statistics in bounded memory)."""
+    report = report if report is not None else LoadReport(str(path), "csv")
+    state: dict = {}
+    for frame, where in _open_rows(path, rows):
+        yield _parse(path, frame, where, report, state), where
 
 
 def write(requests: Sequence[Request], path: Path) -> None:

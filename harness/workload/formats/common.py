@@ -87,22 +87,25 @@ def _first(mask: np.ndarray) -> int:
     return int(np.argmax(mask))
 
 
-def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], block_tokens: int,
-                report: LoadReport) -> list[Request]:
-    """Validate parsed columns and build requests; raises InputError naming the row and field."""
-    n = len(cols.arrival_s)
-    report.rows = n
-    if n == 0:
-        raise InputError(f"{report.path}: empty trace (no requests)")
+def check_columns(cols: Columns, names: FieldNames, where: Callable[[int], str], block_tokens: int,
+                  previous_t: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Validate parsed columns (all of a trace, or one chunk after a chunk that ended at `previous_t`).
+
+    Returns the arrival times, input and output lengths as arrays and the blocks each prompt needs;
+    raises InputError naming the row and field.
+    """
     t = np.asarray(cols.arrival_s, dtype=np.float64)
     bad = ~np.isfinite(t) | (t < 0)
     if bad.any():
         i = _first(bad)
-        raise InputError(f"{where(i)}: field '{names.time}' must be a finite, non-negative time, got {t[i]!r}")
+        raise InputError(f"{where(i)}: field '{names.time}' must be a finite, non-negative time, got {float(t[i])!r}")
+    if previous_t is not None and len(t) and t[0] < previous_t:
+        raise InputError(f"{where(0)}: field '{names.time}' goes back in time ({float(t[0])!r} after {float(previous_t)!r}); "
+                         f"timestamps must be non-decreasing")
     back = np.diff(t) < 0
     if back.any():
         i = _first(back) + 1
-        raise InputError(f"{where(i)}: field '{names.time}' goes back in time ({t[i]!r} after {t[i - 1]!r}); "
+        raise InputError(f"{where(i)}: field '{names.time}' goes back in time ({float(t[i])!r} after {float(t[i - 1])!r}); "
                          f"timestamps must be non-decreasing")
     inp = np.asarray(cols.input_tokens, dtype=np.int64)
     out = np.asarray(cols.output_tokens, dtype=np.int64)
@@ -114,14 +117,25 @@ def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], b
             i = _first(values > MAX_TOKENS)
             raise InputError(f"{where(i)}: field '{name}' = {values[i]} is over the {MAX_TOKENS:,}-token sanity limit")
 
-    hash_ids: list[tuple[int, ...] | None] = list(cols.hash_ids) if cols.hash_ids is not None else [None] * n
     expected = n_blocks(inp, block_tokens)
-    for i, ids in enumerate(hash_ids):
+    for i, ids in enumerate(cols.hash_ids if cols.hash_ids is not None else ()):
         if ids is not None and len(ids) != expected[i]:
             raise InputError(
                 f"{where(i)}: field '{names.hash_ids}' has {len(ids)} ids but {names.input}={inp[i]} needs "
                 f"ceil({inp[i]}/{block_tokens}) = {expected[i]} (block_tokens={block_tokens}; set "
                 f"--block-tokens or workload.block_tokens if the trace uses another block size)")
+    return t, inp, out, expected
+
+
+def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], block_tokens: int,
+                report: LoadReport) -> list[Request]:
+    """Validate parsed columns and build requests; raises InputError naming the row and field."""
+    n = len(cols.arrival_s)
+    report.rows = n
+    if n == 0:
+        raise InputError(f"{report.path}: empty trace (no requests)")
+    t, inp, out, expected = check_columns(cols, names, where, block_tokens)
+    hash_ids: list[tuple[int, ...] | None] = list(cols.hash_ids) if cols.hash_ids is not None else [None] * n
 
     keep = inp > 0
     report.dropped_empty_prompt = int(n - keep.sum())

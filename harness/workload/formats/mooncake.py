@@ -14,7 +14,7 @@ import io
 import json
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -47,15 +47,11 @@ def _int(obj: dict, key: str, where: str, optional: bool = False) -> int | None:
     return value
 
 
-def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
-    report = LoadReport(str(path), "jsonl")
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    hash_ids: list[tuple[int, ...] | None] = []
-    sessions: list[int | None] = []
-    turns: list[int | None] = []
-    linenos: list[int] = []
+Row = tuple[int, float, int, int, "tuple[int, ...] | None", "int | None", "int | None"]
+
+
+def _rows(path: Path) -> Iterator[Row]:
+    """(line number, seconds, input, output, hash_ids, session_id, turn) of each request line, in order."""
     try:
         with _open_text(path) as f:
             for lineno, line in enumerate(f, 1):
@@ -79,29 +75,48 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
                         or not math.isfinite(ts)):
                     raise InputError(f"{where}: field 'timestamp' must be a number of milliseconds, "
                                      f"got {json.dumps(ts)[:40]}")
-                times.append(ts / 1000.0)
-                inputs.append(_int(obj, "input_length", where))  # type: ignore[arg-type]
-                outputs.append(_int(obj, "output_length", where))  # type: ignore[arg-type]
                 ids = obj.get("hash_ids")
                 if ids is not None:
                     if not isinstance(ids, list) or not all(type(h) is int and h in _INT64 for h in ids):
                         raise InputError(f"{where}: field 'hash_ids' must be a list of 64-bit integers")
                     ids = tuple(ids)
-                hash_ids.append(ids)
-                sessions.append(_int(obj, "session_id", where, optional=True))
-                turns.append(_int(obj, "turn", where, optional=True))
-                linenos.append(lineno)
+                yield (lineno, ts / 1000.0, _int(obj, "input_length", where), _int(obj, "output_length", where),  # type: ignore[misc]
+                       ids, _int(obj, "session_id", where, optional=True), _int(obj, "turn", where, optional=True))
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
         if isinstance(err, FileNotFoundError):
             raise InputError(f"{path}: no such file") from err
         raise InputError(f"{path}: cannot read as {'gzip-compressed ' if path.name.endswith('.gz') else ''}"
                          f"UTF-8 JSONL ({err})") from err
+
+
+def _columns(path: Path, rows: list[Row]) -> tuple[Columns, Callable[[int], str]]:
+    linenos, times, inputs, outputs, hash_ids, sessions, turns = (list(c) for c in zip(*rows)) if rows else \
+        ([], [], [], [], [], [], [])
     cols = Columns(np.asarray(times, dtype=np.float64), np.asarray(inputs, dtype=np.int64),
                    np.asarray(outputs, dtype=np.int64), hash_ids,
                    sessions if any(s is not None for s in sessions) else None,
                    turns if any(t is not None for t in turns) else None)
-    requests = to_requests(cols, NAMES, lambda i: f"{path}:{linenos[i]}", block_tokens, report)
+    return cols, lambda i: f"{path}:{linenos[i]}"
+
+
+def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
+    report = LoadReport(str(path), "jsonl")
+    cols, where = _columns(path, list(_rows(path)))
+    requests = to_requests(cols, NAMES, where, block_tokens, report)
     return requests, report
+
+
+def chunks(path: Path, rows: int = 10_000,
+           report: LoadReport | None = None) -> Iterator[tuple[Columns, Callable[[int], str]]]:
+    """The file's rows as Columns of at most `rows` requests each (for statistics in bounded memory)."""
+    batch: list[Row] = []
+    for row in _rows(path):
+        batch.append(row)
+        if len(batch) >= rows:
+            yield _columns(path, batch)
+            batch = []
+    if batch:
+        yield _columns(path, batch)
 
 
 def _line(r: Request) -> str:

@@ -6,9 +6,10 @@ full float precision (unlike the millisecond JSONL), so this is the lossless for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -55,16 +56,17 @@ def _hash_ids(path: Path, table: pa.Table) -> list[tuple[int, ...] | None] | Non
     return [None if nulls[i] else tuple(values[offsets[i]:offsets[i + 1]]) for i in range(len(arr))]
 
 
-def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
-    report = LoadReport(str(path), "parquet")
+def _open(path: Path, read: Callable[[], Any]) -> Any:
     try:
-        table = pq.read_table(path)
-        names = table.column_names  # decoding the footer's names can fail too
+        return read()
     except FileNotFoundError as err:
         raise InputError(f"{path}: no such file") from err
     except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise InputError(f"{path}: cannot read as Parquet ({first_line})") from err
+
+
+def _parse(path: Path, table: pa.Table, names: list[str], first_row: int = 0) -> tuple[Columns, np.ndarray]:
     missing = [c for c in _REQUIRED if c not in names]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (required: {', '.join(_REQUIRED)}; "
@@ -74,14 +76,49 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
         raise InputError(f"{path}: column 'arrival_s' must hold non-null numbers of seconds, has type "
                          f"{arrival.type} with {arrival.null_count} null(s)")
     request_id = _int_column(path, table, "request_id")
-    if len(np.unique(request_id)) != len(request_id):
-        raise InputError(f"{path}: column 'request_id' has duplicate ids")
     cols = Columns(arrival.to_numpy().astype(np.float64), _int_column(path, table, "input_tokens"),
                    _int_column(path, table, "output_tokens"), _hash_ids(path, table),
                    _optional_ints(path, table, "session_id"), _optional_ints(path, table, "turn"), request_id)
+    return cols, request_id
+
+
+def _unique_ids(path: Path, request_id: np.ndarray) -> None:
+    if len(np.unique(request_id)) != len(request_id):
+        raise InputError(f"{path}: column 'request_id' has duplicate ids")
+
+
+def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
+    report = LoadReport(str(path), "parquet")
+    table = _open(path, lambda: pq.read_table(path))
+    names = _open(path, lambda: table.column_names)  # decoding the footer's names can fail too
+    cols, request_id = _parse(path, table, names)
+    _unique_ids(path, request_id)
     requests = to_requests(cols, NAMES, lambda i: f"{path}: row {i} (request_id {request_id[i]})", block_tokens,
                            report)
     return requests, report
+
+
+def chunks(path: Path, rows: int = 10_000,
+           report: LoadReport | None = None) -> Iterator[tuple[Columns, Callable[[int], str]]]:
+    """The file's rows as Columns of at most `rows` requests each (for statistics in bounded memory).
+
+    Duplicate request ids are checked at the end (8 bytes per request are kept for it)."""
+    file = _open(path, lambda: pq.ParquetFile(path))
+    names = _open(path, lambda: file.schema_arrow.names)
+    ids: list[np.ndarray] = []
+    start = 0
+    batches = _open(path, lambda: file.iter_batches(batch_size=rows))
+    while True:
+        batch = _open(path, lambda: next(batches, None))
+        if batch is None:
+            break
+        cols, request_id = _parse(path, pa.Table.from_batches([batch]), names)
+        ids.append(request_id)
+        yield cols, (lambda i, at=start, rid=request_id: f"{path}: row {at + i} (request_id {rid[i]})")
+        start += batch.num_rows
+    if not ids:  # no row groups: the empty-trace check still runs on an empty chunk
+        yield _parse(path, _open(path, lambda: pq.read_table(path)), names)[0], str
+    _unique_ids(path, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64))
 
 
 def to_table(requests: Sequence[Request]) -> pa.Table:

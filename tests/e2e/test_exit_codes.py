@@ -1,0 +1,210 @@
+"""Exit statuses mean what they say in every command: 0 ok, 1 a failed check or a crash, 2 bad input,
+130 interrupted; each failure is one stderr line without a traceback.
+
+Crashes are injected with a `sitecustomize` module on PYTHONPATH that breaks one harness function in
+every process of the run, joblib workers included (HARNESS_TEST_CRASH names the function).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["workload.num_requests=3", "loadgen.progress=false", "analysis.figures=false"]
+
+_SITECUSTOMIZE = '''
+import importlib, os
+target = os.environ.get("HARNESS_TEST_CRASH")
+if target:
+    module_name, name = target.rsplit(".", 1)
+    module = importlib.import_module(module_name)
+    def _crash(*args, **kwargs):
+        raise ZeroDivisionError("injected crash for a test")
+    setattr(module, name, _crash)
+'''
+
+
+def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
+         timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    env.pop("HYDRA_FULL_ERROR", None)
+    if crash is not None:
+        hook = tmp_path / "hook"
+        hook.mkdir(exist_ok=True)
+        (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        env.update(HARNESS_TEST_CRASH=crash, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
+    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return lines[0]
+
+
+# -- bad input: 2 ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["loadgen.rat=1"], ["'loadgen.rat'", "rate_rps", "max_duration_s"]),  # the key, and the valid keys
+    (["deployment=nope"], ["deployment/nope", "homogeneous_pd, naive_hetero, prfaas_dynamic, prfaas_pd"]),
+    (["loadgen.rate_rps=abc"], ["loadgen.rate_rps=abc", "Float"]),
+    (["loadgen.rate_rps=["], ["'loadgen.rate_rps=['"]),
+    (["--cfg", "nonsense"], ["--cfg", "'job', 'hydra', 'all'"]),
+    (["analysis.timeseries.bin_s=0"], ["analysis.timeseries.bin_s", "> 0", "got 0.0"]),
+    (["loadgen.max_duration_s=-5"], ["loadgen.max_duration_s", "> 0", "null: no limit", "got -5.0"]),
+    (["analysis.warmup_fraction=2"], ["analysis.warmup_fraction", "[0, 1)", "got 2.0"]),
+    (["loadgen.saturation_in_flight=0"], ["loadgen.saturation_in_flight", ">= 1"]),
+    (["loadgen.rate_rps=-1"], ["loadgen.rate_rps", "> 0"]),
+])
+def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
+    proc = _run("harness", *SMALL, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = _one_line(proc)
+    assert line.startswith("error: ") and all(text in line for text in expected), line
+
+
+def test_bad_input_in_a_parallel_sweep_is_exit_2(tmp_path):
+    proc = _run("harness", "-m", "hydra/launcher=local_parallel", "deployment=homogeneous_pd",
+                "loadgen.rate_rps=-1,2", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = _one_line(proc)
+    assert "loadgen.rate_rps=-1" in line and "must be" in line
+
+
+def test_an_unwritable_run_directory_is_exit_2(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    proc = _run("harness", *SMALL, f"hydra.run.dir={blocker / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert str(blocker) in _one_line(proc)
+
+
+def test_corrupt_parquet_is_exit_2_for_report_and_gate(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _run("harness", *SMALL, f"hydra.run.dir={run_dir}").returncode == 0
+    (run_dir / "summary.parquet").write_bytes(b"PAR1 this is not parquet")
+    for argv in (["harness.report", str(tmp_path), "--no-figures", "--out", str(tmp_path / "report")],
+                 ["harness.gate", str(tmp_path), "--gate", "conf/gates/paper_case.yaml"]):
+        proc = _run(*argv)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "summary.parquet: not a readable Parquet file" in _one_line(proc)
+
+
+@pytest.mark.parametrize("argv", [["harness.report"], ["harness.trace", "stats"], ["harness.gate", "x"],
+                                  ["harness.report", "results", "--bogus"]])
+def test_usage_errors_are_one_line(argv):
+    proc = _run(*argv)
+    assert proc.returncode == 2 and _one_line(proc).startswith("error: harness-")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs (needs root)")
+def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
+    ro, full = tmp_path / "ro", tmp_path / "full"
+    ro.mkdir()
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+        try:
+            run = _run("harness", *SMALL, f"hydra.run.dir={ro}")
+            assert run.returncode == 2 and "Read-only file system" in _one_line(run)
+            report = _run("harness.report", "traces", "--out", str(ro))  # no runs: bad input either way
+            assert report.returncode == 2
+            source = ROOT / "traces" / "mooncake_synthetic_trace.jsonl.gz"
+            before = source.read_bytes()
+            convert = _run("harness.trace", "convert", str(source), str(full / "t.jsonl"))
+            assert convert.returncode == 2, convert.stderr
+            assert "No space left on device" in convert.stderr.strip().splitlines()[-1]
+            assert not (full / "t.jsonl").exists() and not list(full.iterdir())  # nothing half-written
+            assert source.read_bytes() == before
+        finally:
+            subprocess.run(["umount", str(full)], check=False)
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+
+
+# -- crashes: 1, with the traceback on disk ---------------------------------------------------------------
+
+def test_a_crash_is_exit_1_and_names_the_traceback_file(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _run("harness", *SMALL, f"hydra.run.dir={run_dir}", crash="harness.sim.run_sim", tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    line = _one_line(proc)
+    assert "crashed" in line and "ZeroDivisionError: injected crash" in line
+    assert "ZeroDivisionError" in (run_dir / "traceback.txt").read_text()
+
+
+def test_a_crash_in_a_parallel_sweep_is_exit_1_not_2(tmp_path):
+    """The joblib workers crash; before, the parent read that as a config error (exit 2)."""
+    sweep = tmp_path / "sweep"
+    proc = _run("harness", "-m", "hydra/launcher=local_parallel", "deployment=homogeneous_pd",
+                "loadgen.rate_rps=1,2", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.sim.run_sim",
+                tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    line = _one_line(proc)
+    assert "crashed" in line and "loadgen.rate_rps=" in line and "harness/cli.py" in line
+    assert list(sweep.glob("*/traceback.txt"))
+
+
+def test_a_gate_crash_is_exit_1_and_says_it_crashed(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _run("harness", *SMALL, f"hydra.run.dir={run_dir}").returncode == 0
+    proc = _run("harness.gate", str(tmp_path), "--gate", "conf/gates/paper_case.yaml",
+                crash="harness.analysis.gates.evaluate", tmp_path=tmp_path)
+    assert proc.returncode == 1 and "harness-gate crashed" in _one_line(proc)
+
+
+# -- interrupted: 130, from the first moment to the last ------------------------------------------------
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler for `sig` (its SigCgt mask in /proc): the moment it can stop
+    cleanly, without guessing start-up time on a busy machine."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15, 0.3, 0.6, 1.0, 2.0])
+def test_a_signal_at_any_moment_is_exit_130_without_a_traceback(tmp_path, sig, delay_s):
+    """Sent once the command handles signals, then `delay_s` later: during imports, composition,
+    planning, the simulation or writing. Either the run had already finished (0), or it stops with
+    130 and at most one stderr line."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "workload.num_requests=20000", "loadgen.progress=false",
+                             "analysis.figures=false", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        # SIGTERM, whichever signal is sent: Python itself catches SIGINT from its first instant, SIGTERM
+        # is caught only once the harness has installed its handlers
+        while not _catches(proc.pid, signal.SIGTERM) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay_s)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 130), err[-2000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, err[-2000:]
+    if proc.returncode == 130 and (run_dir / "requests.parquet").exists():  # stopped in the sim: kept what it sent
+        assert "interrupted" in out
+        assert pd.read_parquet(run_dir / "requests.parquet")["request_id"].is_unique
