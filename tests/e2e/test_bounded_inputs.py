@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.deploy.timeseries import MAX_BINS
+from harness.analysis.timeseries import MAX_BINS
 
 ROOT = Path(__file__).resolve().parents[2]
 MB = 1 << 20

@@ -138,7 +138,7 @@ def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
 
 def test_a_crash_is_exit_1_and_names_the_traceback_file(tmp_path):
     run_dir = tmp_path / "run"
-    proc = _run("harness", *SMALL, f"hydra.run.dir={run_dir}", crash="harness.sim.run_sim", tmp_path=tmp_path)
+    proc = _run("harness", *SMALL, f"hydra.run.dir={run_dir}", crash="harness.runs.sim.run_sim", tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     line = _one_line(proc)
     assert "crashed" in line and "ZeroDivisionError: injected crash" in line
@@ -149,11 +149,11 @@ def test_a_crash_in_a_parallel_sweep_is_exit_1_not_2(tmp_path):
     """The joblib workers crash; before, the parent read that as a config error (exit 2)."""
     sweep = tmp_path / "sweep"
     proc = _run("harness", "-m", "hydra/launcher=local_parallel", "deployment=homogeneous_pd",
-                "loadgen.rate_rps=1,2", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.sim.run_sim",
+                "loadgen.rate_rps=1,2", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.runs.sim.run_sim",
                 tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     line = _one_line(proc)
-    assert "crashed" in line and "loadgen.rate_rps=" in line and "harness/cli.py" in line
+    assert "crashed" in line and "loadgen.rate_rps=" in line and "harness/runs/assemble.py" in line
     assert list(sweep.glob("*/traceback.txt"))
 
 

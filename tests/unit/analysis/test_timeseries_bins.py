@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.deploy.timeseries import MAX_BINS, bin_edges, bin_width, build_timeseries
+from harness.analysis.timeseries import MAX_BINS, bin_edges, bin_width, build_timeseries
 from harness.errors import InputError
 
 
