@@ -10,15 +10,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
 from harness.errors import EXIT_BAD_INPUT, exits_on_input_error
+from harness.resources import conf_dir
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(conf_dir())  # inside the installed package, else the source tree's conf/
 
 
 def hydra_entry(config_name: str = "config") -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
