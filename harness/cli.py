@@ -8,17 +8,20 @@ a printed table). See README "Runs and suites".
 from __future__ import annotations
 
 from pathlib import Path
-
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from harness.errors import InputError, choices
 from harness.hydra_entry import hydra_entry
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 MODES = ("sim", "live", "url")
 
 
 def _run_dir(cfg: DictConfig) -> Path:
+    from hydra.core.hydra_config import HydraConfig  # Hydra only once a run starts (fast --help)
+
     try:
         return Path(HydraConfig.get().runtime.output_dir)
     except ValueError:  # called without Hydra (tests): use cfg.out_dir

@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
-
-import hydra
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import EXIT_BAD_INPUT, exits_on_input_error
+from harness.fast_help import help_text, wants_help
 from harness.resources import conf_dir
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 CONF_DIR = str(conf_dir())  # inside the installed package, else the source tree's conf/
 
@@ -35,10 +36,15 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[DictConfig],
 
             return exits_on_input_error(task)(cfg)
 
-        hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
-
         def main() -> None:
+            if wants_help(sys.argv[1:]):  # fast: no Hydra import, no composition
+                print(help_text(task, conf_dir()))
+                return
+            import hydra
+
             from harness.schema import register_configs
+
+            hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
 
             register_configs()
             try:
