@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test plan bench clean
+.PHONY: install run test lint plan bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ plan: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Linters and the type checker (configured in pyproject.toml); .ci/run calls it after the tests.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py

@@ -17,7 +17,8 @@ HELP_FLAGS = ("--help", "-h")
 
 def wants_help(argv: Sequence[str]) -> bool:
     """True when the command line asks for help (and not for Hydra's own help or a shell completion)."""
-    return any(a in HELP_FLAGS for a in argv) and not any(a.startswith(("--hydra-help", "-sc", "--shell")) for a in argv)
+    hydra_own = ("--hydra-help", "-sc", "--shell")
+    return any(a in HELP_FLAGS for a in argv) and not any(a.startswith(hydra_own) for a in argv)
 
 
 def config_groups(conf: Path) -> dict[str, list[str]]:

@@ -112,8 +112,8 @@ class Variants:
                     lines += [f"{prefix}{group}.{o}.{rest}" for o in options]
         try:
             composed = compose(config_name=None, overrides=lines)
-        except Exception:  # noqa: BLE001 (Hydra also raises AssertionError here): a setting that does not fit
-            return None  # every option; the per-option compositions below apply it as before, or report it
+        except Exception:  # Hydra also raises AssertionError here: a setting that does not fit every option;
+            return None  # the per-option compositions below apply it as before, or report it
         return {group: composed[group] for group in self._fast_groups}
 
     def get(self, group: str, name: str) -> DictConfig:
@@ -262,7 +262,7 @@ def table(doc: dict[str, Any]) -> str:
 # Eq. 1 view (the paper's Table 3 / Fig. 2): Phi_kv of every model on this hardware [P: 8 x H200].
 KV_HARDWARE = "h200"
 # Input lengths of the cost-model curves: 1K..128K tokens, two points per octave.
-KV_LENGTHS_TOKENS = tuple(int(round(2.0**e)) for e in np.arange(10.0, 17.01, 0.5))
+KV_LENGTHS_TOKENS = tuple(round(2.0**e) for e in np.arange(10.0, 17.01, 0.5))
 KV_COLUMNS = ("model", "family", "hardware", "gpus_per_instance", "input_tokens", "kv_bytes", "prefill_s",
               "phi_kv_gbps", "source", "provenance")
 _GBIT = 8.0 / 1e9
@@ -299,7 +299,8 @@ def _measured_rows(model: dict[str, Any], hardware: str) -> list[dict[str, Any]]
                 rows.append({**common, "hardware": hardware, "gpus_per_instance": entry.get("gpus_per_instance"),
                              "input_tokens": float(tokens), "kv_bytes": size, "prefill_s": float(seconds[tokens]),
                              "phi_kv_gbps": size * _GBIT / float(seconds[tokens]),
-                             "provenance": f"S_kv {kv.get('provenance', '')}; T_prefill {prefill.get('provenance', '')}"})
+                             "provenance": f"S_kv {kv.get('provenance', '')}; "
+                                           f"T_prefill {prefill.get('provenance', '')}"})
     return rows
 
 

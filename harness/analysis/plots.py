@@ -14,11 +14,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 
 _DPI = 110
 # seaborn's "colorblind" palette (the same ten colours, without importing seaborn and pyplot: ~0.4 s).
@@ -92,7 +92,8 @@ def ttft_cdf(requests: Mapping[str, pd.DataFrame], ax: Axes, title: str = "TTFT 
             ttft = ttft[req["error"].astype("string").fillna("").to_numpy() == ""]
         ttft = np.sort(ttft[np.isfinite(ttft)])
         if ttft.size:
-            ax.plot(ttft, np.arange(1, ttft.size + 1) / ttft.size, color=colors[name], label=name, drawstyle="steps-post")
+            ax.plot(ttft, np.arange(1, ttft.size + 1) / ttft.size, color=colors[name], label=name,
+                    drawstyle="steps-post")
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
@@ -171,8 +172,8 @@ def plan_split(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = None)
     `emulated` (n_prefill, capacity_rps) adds the emulator's capacity at the same threshold."""
     df = df.sort_values("n_prefill")
     n_p = _col(df, "n_prefill")
-    for column, label, style in (("prefill_bound_rps", "prefill bound", "-o"), ("decode_bound_rps", "decode bound", "-s"),
-                                 ("lambda_rps", "Λ_max", "--")):
+    for column, label, style in (("prefill_bound_rps", "prefill bound", "-o"),
+                                 ("decode_bound_rps", "decode bound", "-s"), ("lambda_rps", "Λ_max", "--")):
         if column in df.columns:
             ax.plot(n_p, _col(df, column), style, label=label)
     _mark_best(ax, n_p, _col(df, "lambda_rps"), "N_p = {x:.0f}")

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
-from harness.workload.formats.common import (Columns, FieldNames, LoadReport, open_text_for_write, progress,
-                                             to_requests)
+from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="TIMESTAMP", input="ContextTokens", output="GeneratedTokens")

@@ -11,9 +11,9 @@ import gzip
 import io
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
-from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm import tqdm
@@ -167,7 +167,7 @@ def open_text_for_write(path: Path) -> IO[str]:
     same requests always give the same bytes.
     """
     if path.name.endswith(".gz"):
-        raw = gzip.GzipFile(filename="", mode="wb", fileobj=open(path, "wb"), mtime=0, compresslevel=6)
+        raw = gzip.GzipFile(filename="", mode="wb", fileobj=open(path, "wb"), mtime=0, compresslevel=6)  # noqa: SIM115
         return _ClosingWrapper(raw)
     return open(path, "w", encoding="utf-8", newline="\n")
 

@@ -21,8 +21,7 @@ from typing import IO
 import numpy as np
 
 from harness.errors import InputError
-from harness.workload.formats.common import (Columns, FieldNames, LoadReport, open_text_for_write, progress,
-                                             to_requests)
+from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="timestamp", input="input_length", output="output_length")
@@ -107,7 +106,7 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
 def _line(r: Request) -> str:
     # Implementation note: formatted by hand (json.dumps' default separators) because it is ~5x
     # faster for 100k-row traces and gives byte-identical output to the Mooncake files.
-    ms = int(round(r.arrival_s * 1000.0))
+    ms = round(r.arrival_s * 1000.0)
     ids = ", ".join(map(str, r.hash_ids))
     extra = ""
     if r.session_id is not None:
