@@ -1,0 +1,85 @@
+"""Start-up and end-to-end CLI speed: what a user waits for, measured as they run it (subprocesses).
+
+    .venv/bin/python benchmarks/bench_startup.py [--repeats 5] [--large-repeats 3] [--plan]
+
+Each round runs the anchor (`python -c "import numpy, pandas, pyarrow"`: the floor any command that
+reads or writes Parquet pays) and then every command, so a busy machine slows both alike; a ratio is
+taken within its round and the median over rounds is printed. Targets (issue 12): a 10-request sim run
+at most 3x the anchor, `harness --help` under 1 s, the 10,000-request CLI sim run at least 1,500x real
+time (simulated span / wall time of the whole command: start-up, workload, emulator, analysis).
+Reported, not asserted: timing needs a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["loadgen.progress=false"]
+
+
+def wall(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(args)}\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def simulated_s(run_dir: Path) -> float:
+    import pandas as pd
+
+    return float(pd.read_parquet(run_dir / "summary.parquet")["duration_s"].iloc[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of the short commands")
+    parser.add_argument("--large-repeats", type=int, default=3, help="rounds of the 10,000-request run (0: skip)")
+    parser.add_argument("--requests", type=int, default=10_000, help="requests of the large run")
+    parser.add_argument("--plan", action="store_true", help="also time harness-plan")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench_startup_"))
+    anchor = ["-c", "import numpy, pandas, pyarrow"]
+    short = {
+        "harness --help": ["-m", "harness", "--help"],
+        "run 10 req, no figures": ["-m", "harness", "workload.num_requests=10", "analysis.figures=false", *QUIET],
+        "run 10 req, figures": ["-m", "harness", "workload.num_requests=10", *QUIET],
+    }
+    if args.plan:
+        short["harness-plan"] = ["-m", "harness.plan"]
+    times: dict[str, list[float]] = {"anchor": [], **{k: [] for k in short}}
+    ratios: dict[str, list[float]] = {k: [] for k in short}
+    wall(anchor)  # warm the page cache
+    for r in range(args.repeats):
+        a = wall(anchor)
+        times["anchor"].append(a)
+        for name, cmd in short.items():
+            t = wall([*cmd, f"hydra.run.dir={tmp / f'{r}_{len(times[name])}'}"] if name != "harness --help" else cmd)
+            times[name].append(t)
+            ratios[name].append(t / a)
+    print(f"python {sys.version.split()[0]}, {args.repeats} rounds, median wall (s) and median ratio to the anchor")
+    print(f"  {'anchor: import numpy, pandas, pyarrow':40s} {statistics.median(times['anchor']):6.2f} s")
+    for name in short:
+        print(f"  {name:40s} {statistics.median(times[name]):6.2f} s  {statistics.median(ratios[name]):5.2f}x anchor")
+    for figures in (False, True):
+        speeds, walls = [], []
+        for r in range(args.large_repeats):
+            out = tmp / f"large_{figures}_{r}"
+            walls.append(wall(["-m", "harness", f"workload.num_requests={args.requests}", f"hydra.run.dir={out}",
+                               f"analysis.figures={str(figures).lower()}", *QUIET]))
+            speeds.append(simulated_s(out) / walls[-1])
+        if speeds:
+            label = f"run {args.requests:,} req, {'figures' if figures else 'no figures'}"
+            print(f"  {label:40s} {statistics.median(walls):6.2f} s  {statistics.median(speeds):5.0f}x real time")
+
+
+if __name__ == "__main__":
+    main()
