@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -225,11 +225,12 @@ def projection(cfg: DictConfig, plans: dict[str, Plan], base: Sequence[str] | No
             continue
         prof = build_profile(cfg.model, dep.prfaas.hardware, gpus_per_instance=int(proj.gpus_per_instance),
                              slo_tokens_per_s=float(cfg.planner.slo_tokens_per_s))
-        rows += projection_rows(prof.model, prof.phi_kv_gbps, lengths, gpus, gpi,
+        phi = cast(Callable[[np.ndarray], np.ndarray], prof.phi_kv_gbps)  # arrays in, arrays out
+        rows += projection_rows(prof.model, phi, lengths, gpus, gpi,
                                 f"profile: {prof.provenance['prefill_s'][:80]}", prof.hardware)
         l_long = plan.to_dict()["l_long_tokens"]
         if l_long is not None:
-            rows += projection_rows(prof.model, prof.phi_kv_gbps, [l_long], gpus, gpi,
+            rows += projection_rows(prof.model, phi, [l_long], gpus, gpi,
                                     f"profile at l_long of {dep_name}", prof.hardware)
         break  # one profile of this model per prefill hardware is enough
     return pd.DataFrame(rows)

@@ -66,7 +66,8 @@ def requests_to_frame(requests: Sequence[Request]) -> pd.DataFrame:
 
 
 def _optional_ints(values: Iterable[object]) -> list[int | None]:
-    return [None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else int(v) for v in values]
+    return [None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else int(v)  # type: ignore[call-overload]
+            for v in values]
 
 
 def frame_to_requests(df: pd.DataFrame) -> list[Request]:

@@ -48,7 +48,8 @@ class SyntheticWorkload:
 
     def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
         """No prefix sharing, so the uncached length is the input length: its exact grid."""
-        return self.input_lengths.grid()
+        grid: tuple[np.ndarray, np.ndarray] = self.input_lengths.grid()
+        return grid
 
     def mean_output_tokens(self) -> float:
         return float(self.output_lengths.mean())

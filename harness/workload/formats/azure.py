@@ -53,7 +53,8 @@ def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
         i = int(np.argmax(~ok.to_numpy()))
         raise InputError(f"{where(i)}: field '{column}' must be an integer (at most 18 digits), "
                          f"got {frame[column].iloc[i]!r}")
-    return text.astype(np.int64).to_numpy()
+    ints: np.ndarray = text.astype(np.int64).to_numpy()
+    return ints
 
 
 def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport) -> np.ndarray:
@@ -63,7 +64,7 @@ def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport) -> np.ndarra
     if len(text) == 0 or not np.isnan(numeric.iloc[0]):
         bad = numeric.isna().to_numpy()
         kind = "a number of seconds (as in the first row)"
-        values = numeric.to_numpy(dtype=np.float64)
+        values: np.ndarray = numeric.to_numpy(dtype=np.float64)
     else:
         stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
         bad = stamps.isna().to_numpy()

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import numpy as np
 from tqdm import tqdm
@@ -115,7 +115,7 @@ def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], b
             raise InputError(f"{where(i)}: field '{name}' = {values[i]} is over the {MAX_TOKENS:,}-token sanity limit")
 
     hash_ids: list[tuple[int, ...] | None] = list(cols.hash_ids) if cols.hash_ids is not None else [None] * n
-    expected = n_blocks(inp, block_tokens)
+    expected = cast(np.ndarray, n_blocks(inp, block_tokens))
     for i, ids in enumerate(hash_ids):
         if ids is not None and len(ids) != expected[i]:
             raise InputError(
@@ -143,12 +143,12 @@ def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], b
     rows = np.flatnonzero(keep)
     if len(rows) == 0:
         raise InputError(f"{report.path}: no usable requests (all {n} rows have an empty prompt)")
-    ids = cols.request_id if cols.request_id is not None else np.arange(len(rows))
+    rids = cols.request_id if cols.request_id is not None else np.arange(len(rows))
     if cols.request_id is not None:
-        ids = np.asarray(ids)[rows]
+        rids = np.asarray(rids)[rows]
     sessions = cols.session_id or [None] * n
     turns = cols.turn or [None] * n
-    t_list, in_list, out_list, rid_list = t.tolist(), inp.tolist(), out.tolist(), np.asarray(ids).tolist()
+    t_list, in_list, out_list, rid_list = t.tolist(), inp.tolist(), out.tolist(), np.asarray(rids).tolist()
     return [Request(rid_list[k], t_list[i], in_list[i], out_list[i], hash_ids[i],  # type: ignore[arg-type]
                     sessions[i], turns[i]) for k, i in enumerate(rows.tolist())]
 
@@ -157,7 +157,9 @@ def progress(requests: Sequence[Request], what: str) -> Iterable[Request]:
     """A tqdm bar on stderr for big traces (off when stderr is not a terminal)."""
     if len(requests) < 100_000:
         return requests
-    return tqdm(requests, desc=what, unit="req", unit_scale=True, file=sys.stderr, disable=None, leave=False)
+    bar: Iterable[Request] = tqdm(requests, desc=what, unit="req", unit_scale=True, file=sys.stderr, disable=None,
+                                  leave=False)
+    return bar
 
 
 def open_text_for_write(path: Path) -> IO[str]:
@@ -184,4 +186,4 @@ class _ClosingWrapper(io.TextIOWrapper):
             super().close()
         finally:
             if self._fileobj is not None:
-                self._fileobj.close()
+                self._fileobj.close()  # type: ignore[union-attr]  # the file open_text_for_write opened

@@ -16,7 +16,7 @@ import math
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -37,7 +37,7 @@ def _open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", newline="\n")  # JSON Lines ends lines with \n only; \r is whitespace
 
 
-def _int(obj: dict, key: str, where: str, optional: bool = False) -> int | None:
+def _int(obj: dict[str, Any], key: str, where: str, optional: bool = False) -> int | None:
     value = obj.get(key)
     if value is None and optional:
         return None
