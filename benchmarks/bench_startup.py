@@ -1,6 +1,8 @@
 """Start-up and end-to-end CLI speed: what a user waits for, measured as they run it (subprocesses).
 
-    .venv/bin/python benchmarks/bench_startup.py [--repeats 5] [--large-repeats 3] [--plan]
+    .venv/bin/python benchmarks/bench_startup.py [--repeats 5] [--large-repeats 3] [--plan] [--root DIR]
+
+(`--root` runs another checkout's commands, e.g. to compare with the previous release.)
 
 Each round runs the anchor (`python -c "import numpy, pandas, pyarrow"`: the floor any command that
 reads or writes Parquet pays) and then every command, so a busy machine slows both alike; a ratio is
@@ -24,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["loadgen.progress=false"]
 
 
-def wall(args: list[str]) -> float:
+def wall(args: list[str], root: Path = ROOT) -> float:
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(args)}\n{done.stderr[-2000:]}")
@@ -45,7 +47,9 @@ def main() -> None:
     parser.add_argument("--large-repeats", type=int, default=3, help="rounds of the 10,000-request run (0: skip)")
     parser.add_argument("--requests", type=int, default=10_000, help="requests of the large run")
     parser.add_argument("--plan", action="store_true", help="also time harness-plan")
+    parser.add_argument("--root", type=Path, default=ROOT, help="checkout whose commands to time (default: this one)")
     args = parser.parse_args()
+    root = args.root.resolve()
     tmp = Path(tempfile.mkdtemp(prefix="bench_startup_"))
     anchor = ["-c", "import numpy, pandas, pyarrow"]
     short = {
@@ -62,10 +66,12 @@ def main() -> None:
         a = wall(anchor)
         times["anchor"].append(a)
         for name, cmd in short.items():
-            t = wall([*cmd, f"hydra.run.dir={tmp / f'{r}_{len(times[name])}'}"] if name != "harness --help" else cmd)
+            t = wall([*cmd, f"hydra.run.dir={tmp / f'{r}_{len(times[name])}'}"] if name != "harness --help" else cmd,
+                     root)
             times[name].append(t)
             ratios[name].append(t / a)
-    print(f"python {sys.version.split()[0]}, {args.repeats} rounds, median wall (s) and median ratio to the anchor")
+    print(f"{root}: python {sys.version.split()[0]}, {args.repeats} rounds, median wall (s) and median ratio to "
+          "the anchor")
     print(f"  {'anchor: import numpy, pandas, pyarrow':40s} {statistics.median(times['anchor']):6.2f} s")
     for name in short:
         print(f"  {name:40s} {statistics.median(times[name]):6.2f} s  {statistics.median(ratios[name]):5.2f}x anchor")
@@ -74,7 +80,7 @@ def main() -> None:
         for r in range(args.large_repeats):
             out = tmp / f"large_{figures}_{r}"
             walls.append(wall(["-m", "harness", f"workload.num_requests={args.requests}", f"hydra.run.dir={out}",
-                               f"analysis.figures={str(figures).lower()}", *QUIET]))
+                               f"analysis.figures={str(figures).lower()}", *QUIET], root))
             speeds.append(simulated_s(out) / walls[-1])
         if speeds:
             label = f"run {args.requests:,} req, {'figures' if figures else 'no figures'}"
