@@ -121,3 +121,11 @@ def test_trace_cli_finds_packaged_traces_and_names_a_missing_one(installed):
     assert missing.returncode == 2
     assert "traces/nope.jsonl" in missing.stderr and "not found" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_gate_finds_packaged_gate_files(installed):
+    bin_dir, cwd, env, _ = installed
+    done = _run([str(bin_dir / "harness-gate"), "no_results_here", "--gate", "conf/gates/paper_case.yaml"], cwd=cwd,
+                env=env)
+    assert done.returncode == 2  # the gate file loads; then the missing results folder is the one error
+    assert "no_results_here" in done.stderr and "gate file" not in done.stderr
