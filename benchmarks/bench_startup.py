@@ -15,6 +15,7 @@ Reported, not asserted: timing needs a quiet machine.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,10 +27,20 @@ ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["loadgen.progress=false"]
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each command, beside its wall time
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def wall(args: list[str], root: Path = ROOT) -> float:
-    t0 = time.perf_counter()
+    """Wall seconds of one command (its CPU seconds are appended to CPU: steadier on a busy machine)."""
+    c0, t0 = _children_cpu(), time.perf_counter()
     done = subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - t0
+    CPU.append(_children_cpu() - c0)
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(args)}\n{done.stderr[-2000:]}")
     return elapsed
@@ -61,30 +72,40 @@ def main() -> None:
         short["harness-plan"] = ["-m", "harness.plan"]
     times: dict[str, list[float]] = {"anchor": [], **{k: [] for k in short}}
     ratios: dict[str, list[float]] = {k: [] for k in short}
+    cpu: dict[str, list[float]] = {"anchor": [], **{k: [] for k in short}}
+    cpu_ratios: dict[str, list[float]] = {k: [] for k in short}
     wall(anchor)  # warm the page cache
     for r in range(args.repeats):
         a = wall(anchor)
         times["anchor"].append(a)
+        cpu["anchor"].append(CPU[-1])
         for name, cmd in short.items():
             t = wall([*cmd, f"hydra.run.dir={tmp / f'{r}_{len(times[name])}'}"] if name != "harness --help" else cmd,
                      root)
             times[name].append(t)
             ratios[name].append(t / a)
-    print(f"{root}: python {sys.version.split()[0]}, {args.repeats} rounds, median wall (s) and median ratio to "
-          "the anchor")
-    print(f"  {'anchor: import numpy, pandas, pyarrow':40s} {statistics.median(times['anchor']):6.2f} s")
+            cpu[name].append(CPU[-1])
+            cpu_ratios[name].append(CPU[-1] / cpu["anchor"][-1])
+    med = statistics.median
+    print(f"{root}: python {sys.version.split()[0]}, {args.repeats} rounds; medians of wall and CPU (user+sys) "
+          "seconds and of their ratios to the anchor in the same round")
+    print(f"  {'anchor: import numpy, pandas, pyarrow':40s} wall {med(times['anchor']):6.2f} s"
+          f"            cpu {med(cpu['anchor']):6.2f} s")
     for name in short:
-        print(f"  {name:40s} {statistics.median(times[name]):6.2f} s  {statistics.median(ratios[name]):5.2f}x anchor")
+        print(f"  {name:40s} wall {med(times[name]):6.2f} s {med(ratios[name]):5.2f}x  "
+              f"cpu {med(cpu[name]):6.2f} s {med(cpu_ratios[name]):5.2f}x anchor")
     for figures in (False, True):
-        speeds, walls = [], []
+        speeds, walls, cpus = [], [], []
         for r in range(args.large_repeats):
             out = tmp / f"large_{figures}_{r}"
             walls.append(wall(["-m", "harness", f"workload.num_requests={args.requests}", f"hydra.run.dir={out}",
                                f"analysis.figures={str(figures).lower()}", *QUIET], root))
             speeds.append(simulated_s(out) / walls[-1])
+            cpus.append(simulated_s(out) / CPU[-1])
         if speeds:
             label = f"run {args.requests:,} req, {'figures' if figures else 'no figures'}"
-            print(f"  {label:40s} {statistics.median(walls):6.2f} s  {statistics.median(speeds):5.0f}x real time")
+            print(f"  {label:40s} wall {med(walls):6.2f} s {med(speeds):5.0f}x real time  (per CPU second: "
+                  f"{med(cpus):5.0f}x)")
 
 
 if __name__ == "__main__":
