@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-busy plan bench clean engine
+.PHONY: install run test test-busy lint plan bench clean engine
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: $(STAMP) engine
 # The suite with two CPU-burning processes beside it: the check that no test depends on a quiet machine.
 test-busy: $(STAMP) engine
 	PY=$(PY) tools/busy_test.sh
+
+# Linters and the type checker (configured in pyproject.toml); .ci/run calls it after the tests.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py

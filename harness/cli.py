@@ -7,12 +7,15 @@ a printed table). See README "Runs and suites".
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from harness.hydra_entry import hydra_entry
 from harness.runs import MODES, run, run_dir
 
 __all__ = ["MODES", "main", "run"]
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @hydra_entry(config_name="config")

@@ -33,7 +33,10 @@ from harness.errors import (
     save_traceback,
 )
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+from harness.fast_help import help_text, wants_help
+from harness.resources import conf_dir
+
+CONF_DIR = str(conf_dir())  # inside the installed package, else the source tree's conf/
 
 _JOB_LINE = "Error executing job with overrides: "
 _DROP = ("Set the environment variable HYDRA_FULL_ERROR", "full_key:", "reference_type=", "object_type=",
@@ -182,6 +185,13 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
             user_full_error = os.environ.get("HYDRA_FULL_ERROR")
             stderr = _Stderr(sys.stderr)
             args: Any = None
+            if wants_help(sys.argv[1:]):  # fast: this command's page, no Hydra import, no composition
+                try:
+                    print(help_text(task, conf_dir(), _help_page(task.__module__)))
+                except BrokenPipeError:  # `harness --help | head`
+                    pass
+                restore_signals()
+                return
             try:
                 import hydra
 
@@ -251,10 +261,15 @@ def _status(err: BaseException, prog: str, overrides: list[str], job: str | None
     return 1, f"error: {where}{describe_crash(err, prog)}"
 
 
-def _select_help(module: str) -> None:
-    """`--help` shows this command's own page (conf/hydra/help/<command>.yaml), not Hydra's config dump."""
+def _help_page(module: str) -> str:
+    """The name of this command's help page (conf/hydra/help/<name>.yaml)."""
     spec = getattr(sys.modules.get(module), "__spec__", None)  # `python -m harness.plan`: __main__ -> harness.plan
     name = (spec.name if spec is not None else module).rsplit(".", 1)[-1]
-    name = "harness" if name in ("cli", "__main__") else name
+    return "harness" if name in ("cli", "__main__") else name
+
+
+def _select_help(module: str) -> None:
+    """`--hydra-help`-free `--help` through Hydra shows this command's own page, not its config dump."""
+    name = _help_page(module)
     if ("--help" in sys.argv or "-h" in sys.argv) and (Path(CONF_DIR) / "hydra" / "help" / f"{name}.yaml").exists():
         sys.argv.insert(1, f"hydra/help={name}")

@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -63,8 +63,114 @@ def _without(overrides: Sequence[str], group: str) -> list[str]:
     return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != group]
 
 
-def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence[str] | None = None
-             ) -> tuple[dict[str, Plan], dict[str, Any]]:
+_GROUPS = ("deployment", "model", "hardware")  # the group options the planner reads beside the run's config
+
+
+class Variants:
+    """The `deployment`, `model` and `hardware` nodes the planner needs, each as composing the run's
+    overrides with `<group>=<name>` would give it, from ONE composition (~0.5 s; each full
+    composition costs about as much, and the planner needs ~20 of them).
+
+    Every option of the three groups is attached under its own key (`+deployment@deployment.<name>=
+    <name>`), and the command line's `deployment.*` / `model.*` / `hardware.*` settings are applied
+    to each. When something else changes those nodes (an experiment or local file that sets them,
+    a nested group choice such as `router@deployment.router=...`, or an unknown experiment), or the
+    one composition fails, each node is composed on its own instead, as before (exact, slower).
+    """
+
+    def __init__(self, base: Sequence[str], experiment: str | None, known_experiment: bool = True) -> None:
+        self.base = [str(o) for o in base]
+        touched = set(_GROUPS) if not known_experiment else self._touched_by_overrides() | _sets_groups(experiment)
+        self._fast_groups = [g for g in _GROUPS if g not in touched]
+        self._nodes: dict[str, DictConfig] | None = None
+        self._cache: dict[tuple[str, str], DictConfig] = {}
+
+    def _touched_by_overrides(self) -> set[str]:
+        """Groups an override reaches other than by `<group>=<name>` or `<group>.<key>=<value>`."""
+        touched = set()
+        for line in self.base:
+            key = line.lstrip("+~").split("=", 1)[0]
+            group, _, package = key.partition("@")
+            head = group.split("/")[0].split(".")[0]
+            if package.split(".")[0] in _GROUPS:  # e.g. router@deployment.router=...
+                touched.add(package.split(".")[0])
+            if head in _GROUPS and ("/" in group or key == "hardware"):  # deployment/router=..., hardware=...
+                touched.add(head)
+        return touched
+
+    def _compose_all(self) -> dict[str, DictConfig] | None:
+        from hydra.core.global_hydra import GlobalHydra
+
+        loader = GlobalHydra.instance().config_loader()
+        lines: list[str] = []
+        for group in self._fast_groups:
+            options = [o for o in loader.get_group_options(group) if not o.startswith("base_")]
+            lines += [f"+{group}@{group}.{o}={o}" for o in options]
+            for line in self.base:  # the command line's settings of this group, on every option
+                prefix, _, rest = line.partition(group + ".")
+                if prefix.strip("+~") == "" and rest:
+                    lines += [f"{prefix}{group}.{o}.{rest}" for o in options]
+        try:
+            composed = compose(config_name=None, overrides=lines)
+        except Exception:  # Hydra also raises AssertionError here: a setting that does not fit every option;
+            return None  # the per-option compositions below apply it as before, or report it
+        return {group: composed[group] for group in self._fast_groups}
+
+    def get(self, group: str, name: str) -> DictConfig:
+        """The `group` node of the run's config with `group=name`."""
+        if group in self._fast_groups and self._nodes is None:
+            self._nodes = self._compose_all()
+            if self._nodes is None:
+                self._fast_groups = []
+        if self._nodes is not None and group in self._nodes and name in self._nodes[group]:
+            node: DictConfig = self._nodes[group][name]
+            return node
+        key = (group, name)
+        if key not in self._cache:
+            if group == "hardware":
+                self._cache[key] = _compose([], config_name=f"hardware/{name}").hardware
+            else:
+                self._cache[key] = _compose([*_without(self.base, group), f"{group}={name}"])[group]
+        return self._cache[key]
+
+
+def _sets_groups(experiment: str | None) -> set[str]:
+    """Which of the deployment/model/hardware nodes the experiment file (or conf/local/default.yaml)
+    sets itself, beyond choosing an option (each planned option of those is composed with it)."""
+    from omegaconf import OmegaConf
+
+    from harness.resources import conf_dir
+
+    files = [conf_dir() / "local" / "default.yaml"]
+    if experiment:
+        files.append(conf_dir() / "experiment" / f"{experiment}.yaml")
+        if not files[-1].is_file():
+            return set(_GROUPS)  # not a file of conf/ (a store or search-path config): don't guess
+    touched: set[str] = set()
+    for path in files:
+        if not path.is_file():
+            continue
+        doc = OmegaConf.to_container(OmegaConf.load(path))
+        if not isinstance(doc, dict):
+            continue
+        touched |= {g for g in _GROUPS if g in doc}
+        for entry in doc.get("defaults") or []:
+            text = " ".join(entry.keys()) if isinstance(entry, dict) else str(entry)
+            touched |= {g for g in _GROUPS if f"{g}/" in text or f"@{g}" in text}
+    return touched
+
+
+def _run_variants(base: Sequence[str]) -> Variants:
+    """Variants for the overrides of this Hydra run (the experiment read from its choices)."""
+    try:
+        choices = HydraConfig.get().runtime.choices
+    except ValueError:  # not inside a Hydra run: don't guess the experiment
+        return Variants(base, None, known_experiment=False)
+    return Variants(base, choices.get("experiment"))
+
+
+def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence[str] | None = None,
+             variants: Variants | None = None) -> tuple[dict[str, Plan], dict[str, Any]]:
     """Plan each deployment of `names` (default planner.deployments), each composed from the `base`
     overrides (default: this run's command line) plus `deployment=<name>`; returns plans and the
     plan.json document."""
@@ -73,10 +179,10 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
     values, weights = input_length_distribution(cfg.workload)
     l_out = mean_output_tokens(cfg.workload)
     base = _task_overrides("deployment") if base is None else _without(base, "deployment")
+    variants = variants or _run_variants(base)
     plans: dict[str, Plan] = {}
     for name in names if names is not None else cfg.planner.deployments:
-        dep_cfg = _compose([*base, f"deployment={name}"])
-        plans[str(name)] = plan_deployment(dep_cfg.deployment, dep_cfg.model, dep_cfg.link, dep_cfg.planner,
+        plans[str(name)] = plan_deployment(variants.get("deployment", str(name)), cfg.model, cfg.link, cfg.planner,
                                            values, weights, l_out)
     doc: dict[str, Any] = {name: plan.to_dict() for name, plan in plans.items()}
     doc["ratios"] = ratios(doc, str(cfg.planner.baseline))
@@ -97,15 +203,16 @@ def ratios(doc: dict[str, Any], baseline: str) -> dict[str, Any]:
     return out
 
 
-def projection(cfg: DictConfig, plans: dict[str, Plan], base: Sequence[str] | None = None) -> pd.DataFrame:
+def projection(cfg: DictConfig, plans: dict[str, Plan], base: Sequence[str] | None = None,
+               variants: Variants | None = None) -> pd.DataFrame:
     """Eq. 2 rows: measured Phi_kv of each projection model, and this model's own profile."""
     proj = cfg.planner.projection
     gpus, gpi, lengths = list(proj.gpus), int(proj.gpus_per_instance), list(proj.lengths_tokens)
     task = list(base) if base is not None else list(HydraConfig.get().overrides.task)
-    base = _without(task, "model")
+    variants = variants or _run_variants(task)
     rows: list[dict[str, Any]] = []
     for name in proj.models:
-        model_cfg = _compose([*base, f"model={name}"]).model
+        model_cfg = variants.get("model", str(name))
         measured = measured_phi(model_cfg)
         if measured is None:
             raise InputError(f"planner.projection.models: model {name} has no kv_throughput table")
@@ -113,16 +220,17 @@ def projection(cfg: DictConfig, plans: dict[str, Plan], base: Sequence[str] | No
         rows += projection_rows(str(name), phi, lengths, gpus, gpi, f"measured: {table.get('provenance', '')}",
                                 str(table.get("hardware")))
     for dep_name, plan in plans.items():
-        dep = _compose([*_without(task, "deployment"), f"deployment={dep_name}"]).deployment
+        dep = variants.get("deployment", dep_name)
         if dep.prfaas is None:
             continue
         prof = build_profile(cfg.model, dep.prfaas.hardware, gpus_per_instance=int(proj.gpus_per_instance),
                              slo_tokens_per_s=float(cfg.planner.slo_tokens_per_s))
-        rows += projection_rows(prof.model, prof.phi_kv_gbps, lengths, gpus, gpi,
+        phi = cast(Callable[[np.ndarray], np.ndarray], prof.phi_kv_gbps)  # arrays in, arrays out
+        rows += projection_rows(prof.model, phi, lengths, gpus, gpi,
                                 f"profile: {prof.provenance['prefill_s'][:80]}", prof.hardware)
         l_long = plan.to_dict()["l_long_tokens"]
         if l_long is not None:
-            rows += projection_rows(prof.model, prof.phi_kv_gbps, [l_long], gpus, gpi,
+            rows += projection_rows(prof.model, phi, [l_long], gpus, gpi,
                                     f"profile at l_long of {dep_name}", prof.hardware)
         break  # one profile of this model per prefill hardware is enough
     return pd.DataFrame(rows)
@@ -155,7 +263,7 @@ def table(doc: dict[str, Any]) -> str:
 # Eq. 1 view (the paper's Table 3 / Fig. 2): Phi_kv of every model on this hardware [P: 8 x H200].
 KV_HARDWARE = "h200"
 # Input lengths of the cost-model curves: 1K..128K tokens, two points per octave.
-KV_LENGTHS_TOKENS = tuple(int(round(2.0**e)) for e in np.arange(10.0, 17.01, 0.5))
+KV_LENGTHS_TOKENS = tuple(round(2.0**e) for e in np.arange(10.0, 17.01, 0.5))
 KV_COLUMNS = ("model", "family", "hardware", "gpus_per_instance", "input_tokens", "kv_bytes", "prefill_s",
               "phi_kv_gbps", "source", "provenance")
 _GBIT = 8.0 / 1e9
@@ -192,12 +300,13 @@ def _measured_rows(model: dict[str, Any], hardware: str) -> list[dict[str, Any]]
                 rows.append({**common, "hardware": hardware, "gpus_per_instance": entry.get("gpus_per_instance"),
                              "input_tokens": float(tokens), "kv_bytes": size, "prefill_s": float(seconds[tokens]),
                              "phi_kv_gbps": size * _GBIT / float(seconds[tokens]),
-                             "provenance": f"S_kv {kv.get('provenance', '')}; T_prefill {prefill.get('provenance', '')}"})
+                             "provenance": f"S_kv {kv.get('provenance', '')}; "
+                                           f"T_prefill {prefill.get('provenance', '')}"})
     return rows
 
 
-def kv_throughput(cfg: DictConfig, base: Sequence[str] | None = None,
-                  hardware: str = KV_HARDWARE) -> tuple[pd.DataFrame, list[str]]:
+def kv_throughput(cfg: DictConfig, base: Sequence[str] | None = None, hardware: str = KV_HARDWARE,
+                  variants: Variants | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Phi_kv(l) = S_kv(l) / T_prefill(l) (Eq. 1) of every model config on `hardware` at
     planner.projection.gpus_per_instance GPUs: cost-model curves (source `costmodel`) and the configs'
     measured points (source `measured`). Returns the frame and notes on models that were skipped."""
@@ -206,12 +315,13 @@ def kv_throughput(cfg: DictConfig, base: Sequence[str] | None = None,
 
     task = list(base) if base is not None else list(HydraConfig.get().overrides.task)
     gpus = int(cfg.planner.projection.gpus_per_instance)
-    hw_cfg = _compose([], config_name=f"hardware/{hardware}").hardware
+    variants = variants or _run_variants(task)
+    hw_cfg = variants.get("hardware", hardware)
     lengths = np.asarray(KV_LENGTHS_TOKENS, dtype=float)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     for name in _model_options():
-        model_cfg = _compose([*_without(task, "model"), f"model={name}"]).model
+        model_cfg = variants.get("model", name)
         model = plain(model_cfg, "model")
         rows += _measured_rows(model, hardware)
         try:
@@ -249,9 +359,10 @@ def write(out_dir: Path, plans: dict[str, Plan], doc: dict[str, Any], proj: pd.D
 
 @hydra_entry(config_name="config")
 def main(cfg: DictConfig) -> dict[str, Any]:
-    plans, doc = plan_all(cfg)
-    proj = projection(cfg, plans)
-    kv, notes = kv_throughput(cfg)
+    variants = _run_variants(HydraConfig.get().overrides.task)  # one composition for every option planned
+    plans, doc = plan_all(cfg, variants=variants)
+    proj = projection(cfg, plans, variants=variants)
+    kv, notes = kv_throughput(cfg, variants=variants)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     write(out_dir, plans, doc, proj, kv)
     print(table(doc))
@@ -300,9 +411,10 @@ class PlanCallback(Callback):
             fixed, swept = sweep_overrides(config)
             names = self.deployments or swept.get("deployment") or _fixed_choice(fixed, config)
             cfg = _compose(fixed)
-            plans, doc = plan_all(cfg, fixed, names)
-            proj = projection(cfg, plans, fixed)
-            kv, notes = kv_throughput(cfg, fixed) if self.kv_table else (None, [])
+            variants = Variants(fixed, config.hydra.runtime.choices.get("experiment"))
+            plans, doc = plan_all(cfg, fixed, names, variants)
+            proj = projection(cfg, plans, fixed, variants)
+            kv, notes = kv_throughput(cfg, fixed, variants=variants) if self.kv_table else (None, [])
             write(sweep_dir, plans, doc, proj, kv)
         except InputError as err:
             sys.stderr.write(f"error: planner for {sweep_dir}: {err}\n")

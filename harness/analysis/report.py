@@ -30,7 +30,10 @@ LOAD_PARAM = "loadgen.rate_rps"
 # A point counts as saturated (its steady throughput is a capacity) when its offered load is at
 # least this much above the throughput it sustained, or it was closed-loop (offered_rps = inf).
 _SATURATION_EXCESS = 1.05
-PAPER_FILE = Path(__file__).resolve().parents[2] / "conf" / "gates" / "paper_table6.yaml"
+# conf/ ships inside an installed package (harness/conf), else it is the source tree's (see harness.resources).
+PAPER_FILE = next((p for p in (Path(__file__).resolve().parents[n] / "conf" / "gates" / "paper_table6.yaml"
+                               for n in (1, 2)) if p.is_file()),
+                  Path(__file__).resolve().parents[2] / "conf" / "gates" / "paper_table6.yaml")
 # The TTFT CDFs compare deployments at one common load: this share of the smallest capacity.
 _MODERATE_LOAD_FRACTION = 0.6
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.costmodel.curves import PiecewiseLinear, Polynomial, RooflinePrefill, read_profile_csv
+from harness.costmodel.curves import Curve, PiecewiseLinear, Polynomial, RooflinePrefill, read_profile_csv
 from harness.costmodel.decode import ConstantDecode, LinearDecode, RooflineDecode, roofline_bs_max
 from harness.costmodel.hardware import HardwareSpec
 from harness.costmodel.nodes import integer, number
@@ -46,7 +46,8 @@ class SpecKv:
 
     def vec(self, l: np.ndarray) -> np.ndarray:
         l = np.asarray(l, dtype=float)
-        return self.per_token * l + self.state + self.swa_per_token * np.minimum(l, self.window)
+        size: np.ndarray = self.per_token * l + self.state + self.swa_per_token * np.minimum(l, self.window)
+        return size
 
 
 def _linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -55,14 +56,15 @@ def _linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def _prefill_curve(block: dict[str, Any] | None, spec: ModelSpec, hw: HardwareSpec, gpus: int, where: str,
-                   prov: dict[str, str]) -> tuple[Any, list[float] | None, list[float] | None]:
+                   prov: dict[str, str]) -> tuple[Curve, list[float] | None, list[float] | None]:
     """The T_prefill curve, plus (tokens, kv_bytes) when a CSV carries a kv_bytes column."""
     kind = (block or {}).get("kind", "roofline")
     if kind not in PREFILL_KINDS:
         raise InputError(f"{where}.kind must be one of {', '.join(PREFILL_KINDS)}, got {kind!r}")
     source = (block or {}).get("provenance") or ""
+    block = block or {}  # (None only reaches the roofline branch, which did the same)
     if kind == "table":
-        curve = PiecewiseLinear(block.get("tokens") or [], block.get("seconds") or [], where)
+        curve: Curve = PiecewiseLinear(block.get("tokens") or [], block.get("seconds") or [], where)
         prov["prefill_s"] = f"piecewise-linear table: {source}"
         return curve, None, None
     if kind == "csv":
@@ -73,10 +75,9 @@ def _prefill_curve(block: dict[str, Any] | None, spec: ModelSpec, hw: HardwareSp
         prov["prefill_s"] = f"piecewise-linear from CSV {path}: {source}"
         return PiecewiseLinear(tokens, seconds, f"{path} (prefill_s)"), tokens, kv
     if kind == "polynomial":
-        curve = Polynomial(block.get("coefficients") or [], where)
-        prov["prefill_s"] = f"polynomial {curve.coefficients}: {source}"
-        return curve, None, None
-    block = block or {}
+        poly = Polynomial(block.get("coefficients") or [], where)
+        prov["prefill_s"] = f"polynomial {poly.coefficients}: {source}"
+        return poly, None, None
     mfu = number(block, "mfu", where, minimum=0, exclusive=True) if block.get("mfu") is not None else hw.prefill_mfu
     overhead = (number(block, "overhead_s", where, minimum=0) if block.get("overhead_s") is not None
                 else hw.prefill_overhead_s)
@@ -86,13 +87,14 @@ def _prefill_curve(block: dict[str, Any] | None, spec: ModelSpec, hw: HardwareSp
     return curve, None, None
 
 
-def _kv_curve(spec: ModelSpec, csv_tokens, csv_kv, prov: dict[str, str]) -> tuple[Any, float, float]:
+def _kv_curve(spec: ModelSpec, csv_tokens: list[float] | None, csv_kv: list[float] | None, prov: dict[str, str]
+              ) -> tuple[Curve, float, float]:
     """(curve, bytes per token, fixed bytes per request)."""
     where = f"model {spec.name}.measured_kv"
-    if csv_kv is not None:
-        curve = PiecewiseLinear(csv_tokens, csv_kv, "profile CSV (kv_bytes)")
+    if csv_kv is not None and csv_tokens is not None:  # (a CSV with kv_bytes gives both)
+        table = PiecewiseLinear(csv_tokens, csv_kv, "profile CSV (kv_bytes)")
         prov["kv_bytes"] = "piecewise-linear from the profile CSV's kv_bytes column"
-        return curve, *_linear_fit(csv_tokens, csv_kv)
+        return table, *_linear_fit(csv_tokens, csv_kv)
     measured = spec.config.get("measured_kv")
     if measured:
         tokens = [float(t) for t in measured.get("tokens") or []]
@@ -100,7 +102,7 @@ def _kv_curve(spec: ModelSpec, csv_tokens, csv_kv, prov: dict[str, str]) -> tupl
         how = measured.get("interpolation", "piecewise_linear")
         if how not in KV_INTERPOLATIONS:
             raise InputError(f"{where}.interpolation must be one of {', '.join(KV_INTERPOLATIONS)}, got {how!r}")
-        curve = PiecewiseLinear(tokens, size, where)  # validates the points either way
+        curve: Curve = PiecewiseLinear(tokens, size, where)  # validates the points either way
         slope, intercept = _linear_fit(tokens, size)
         if how == "linear_fit":
             curve = Polynomial([intercept, slope], where)
@@ -164,14 +166,14 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
     if kind == "constant":
         step_s = number(decode_block, "step_s", f"{where}.decode", minimum=0, exclusive=True)
         bs_max = integer(decode_block, "bs_max", f"{where}.decode", minimum=1)
-        decode = ConstantDecode(step_s)
+        decode: ConstantDecode | LinearDecode | RooflineDecode = ConstantDecode(step_s)
         t_decode = step_s
         prov["decode_step_s"] = prov["bs_max"] = f"constant: {decode_block.get('provenance', '')}"
     elif kind == "linear":
         w = f"{where}.decode"
-        decode = LinearDecode(number(decode_block, "base_s", w, minimum=0),
-                              number(decode_block, "per_seq_s", w, minimum=0),
-                              number(decode_block, "per_token_s", w, minimum=0))
+        linear = decode = LinearDecode(number(decode_block, "base_s", w, minimum=0),
+                                       number(decode_block, "per_seq_s", w, minimum=0),
+                                       number(decode_block, "per_token_s", w, minimum=0))
         ctx = hw.decode_reference_context_tokens
         if decode_block.get("bs_max") is not None:
             bs_max = integer(decode_block, "bs_max", w, minimum=1)
@@ -184,8 +186,8 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
                 raise InputError(f"{w}: no batch meets the {slo:g} tok/s SLO at {ctx} context tokens; "
                                  f"lower planner.slo_tokens_per_s or give bs_max")
         t_decode = decode(bs_max, float(bs_max * ctx))
-        prov["decode_step_s"] = (f"linear: {decode.base_s:g} s + {decode.per_seq_s:g} s/seq + "
-                                 f"{decode.per_token_s:g} s/context token: {decode_block.get('provenance', '')}")
+        prov["decode_step_s"] = (f"linear: {linear.base_s:g} s + {linear.per_seq_s:g} s/seq + "
+                                 f"{linear.per_token_s:g} s/context token: {decode_block.get('provenance', '')}")
     else:
         eff = (number(decode_block, "hbm_efficiency", f"{where}.decode", minimum=0, exclusive=True)
                if decode_block.get("hbm_efficiency") is not None else hw.decode_hbm_efficiency)

@@ -12,6 +12,7 @@ import bisect
 import csv
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -19,6 +20,14 @@ from harness.errors import InputError
 
 # Lengths at which monotonicity is checked: 0 and a geometric grid up to 1M tokens.
 _CHECK_TOKENS = np.concatenate([[0.0], np.geomspace(1.0, 1_048_576.0, 400)])
+
+
+class Curve(Protocol):
+    """What every curve here offers: a scalar call and a vectorised one."""
+
+    def __call__(self, l: float) -> float: ...
+
+    def vec(self, l: np.ndarray) -> np.ndarray: ...
 
 
 class PiecewiseLinear:
@@ -59,7 +68,8 @@ class PiecewiseLinear:
     def vec(self, l: np.ndarray) -> np.ndarray:
         l = np.asarray(l, dtype=float)
         i = np.clip(np.searchsorted(self.xs, l, side="right") - 1, 0, self._last)
-        return np.maximum(self.ys[i] + self.slopes[i] * (l - self.xs[i]), 0.0)
+        y: np.ndarray = np.maximum(self.ys[i] + self.slopes[i] * (l - self.xs[i]), 0.0)
+        return y
 
 
 class Polynomial:
@@ -108,10 +118,11 @@ class RooflinePrefill:
         if self.c:
             w = self.w
             flops = flops + self.c * np.where(l <= w, l * l / 2.0, w * l - w * w / 2.0)
-        return self.overhead_s + flops / self._rate
+        seconds: np.ndarray = self.overhead_s + flops / self._rate
+        return seconds
 
 
-def check_monotone(curve, where: str) -> None:
+def check_monotone(curve: Curve, where: str) -> None:
     """InputError unless the curve is finite, >= 0 and non-decreasing on [0, 1M] tokens."""
     y = curve.vec(_CHECK_TOKENS)
     if not np.all(np.isfinite(y)) or np.any(y < 0):
@@ -145,5 +156,8 @@ def read_profile_csv(path: str | Path, where: str) -> tuple[list[float], list[fl
             except (TypeError, ValueError) as err:
                 raise InputError(f"{p}:{line}: not a number in {dict(row)}") from err
     order = np.argsort(tokens, kind="stable")
-    sort = lambda xs: [xs[i] for i in order]  # noqa: E731
+
+    def sort(xs: list[float]) -> list[float]:
+        return [xs[i] for i in order]
+
     return sort(tokens), sort(seconds), (sort(kv) if has_kv else None)

@@ -16,6 +16,8 @@ over its sequences), which is what a decode step has to read. Two models:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.costmodel.hardware import HardwareSpec
 from harness.costmodel.spec import ModelSpec
 
@@ -67,8 +69,8 @@ class RooflineDecode:
         return self.overhead_s + (memory_s if memory_s > compute_s else compute_s)
 
 
-def roofline_bs_max(step, per_seq_context_tokens: int, slo_step_s: float, kv_per_seq_bytes: float,
-                    kv_capacity_bytes: float | None) -> int:
+def roofline_bs_max(step: Callable[[int, float], float], per_seq_context_tokens: int, slo_step_s: float,
+                    kv_per_seq_bytes: float, kv_capacity_bytes: float | None) -> int:
     """Largest batch with step <= slo_step_s at that context and total KV within capacity (0 if none).
 
     Both conditions only get harder as the batch grows, so the feasible batches are 1..B: bisect.

@@ -7,9 +7,11 @@ in plain Python (about a microsecond). The planner uses the `_vec` forms on whol
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 import numpy as np
+
+from harness.costmodel.curves import Curve
 
 _GBIT = 8.0 / 1e9  # bytes -> Gbit (decimal, as the paper's Gbps)
 
@@ -28,8 +30,8 @@ class InstanceProfile:
                  "t_decode_s", "kv_capacity_bytes", "kv_bytes_per_token", "state_bytes",
                  "price_per_instance", "provenance")
 
-    def __init__(self, *, model: str, hardware: str, gpus_per_instance: int, prefill_curve: Any,
-                 kv_curve: Any, decode_step: Callable[[int, float], float], bs_max: int,
+    def __init__(self, *, model: str, hardware: str, gpus_per_instance: int, prefill_curve: Curve,
+                 kv_curve: Curve, decode_step: Callable[[int, float], float], bs_max: int,
                  t_decode_s: float, kv_capacity_bytes: float | None, kv_bytes_per_token: float,
                  state_bytes: float, price_per_instance: float, provenance: dict[str, str]) -> None:
         self.model = model
@@ -65,13 +67,14 @@ class InstanceProfile:
         if cached is None:
             return self._t.vec(lengths)
         cached = np.asarray(cached, dtype=float)
-        return self._t.vec(cached + lengths) - self._t.vec(cached) + self._t0
+        seconds: np.ndarray = self._t.vec(cached + lengths) - self._t.vec(cached) + self._t0
+        return seconds
 
     def kv_bytes(self, tokens: int | float | np.ndarray) -> float | np.ndarray:
         """Bytes shipped for a request of `tokens` tokens: growing KV + fixed state (S_kv of Eq. 1)."""
         if type(tokens) is np.ndarray:
             return self._kv.vec(tokens)
-        return self._kv(tokens)
+        return self._kv(cast(float, tokens))
 
     def decode_step_s(self, batch: int, context_tokens: float) -> float:
         """One decode step of `batch` sequences holding `context_tokens` tokens of context in total."""
@@ -80,7 +83,8 @@ class InstanceProfile:
     def phi_kv_gbps(self, tokens: float | np.ndarray) -> float | np.ndarray:
         """Eq. 1: KV throughput of one instance prefilling requests of `tokens` tokens back to back."""
         tokens_arr = np.asarray(tokens, dtype=float)
-        return self._kv.vec(tokens_arr) * _GBIT / self._t.vec(tokens_arr)
+        gbps: np.ndarray = self._kv.vec(tokens_arr) * _GBIT / self._t.vec(tokens_arr)
+        return gbps
 
     def __repr__(self) -> str:
         return (f"InstanceProfile({self.model} on {self.gpus_per_instance}x{self.hardware}: "

@@ -10,11 +10,12 @@ records stream to Parquet parts as requests end, harness/runs/recording.py) and 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError, choices
+
+if TYPE_CHECKING:  # omegaconf only once a run starts (`--help` imports this module)
+    from omegaconf import DictConfig
 
 MODES = ("sim", "live", "url")
 

@@ -49,8 +49,12 @@ if TYPE_CHECKING:
     from harness.workload.agentic import AgenticWorkload
     from harness.workload.arrivals import Constant, Gamma, Poisson, Replay
     from harness.workload.base import Workload, resolve_path
-    from harness.workload.build import (build_workload, input_length_distribution, instantiate_workload,
-                                        mean_output_tokens)
+    from harness.workload.build import (
+        build_workload,
+        input_length_distribution,
+        instantiate_workload,
+        mean_output_tokens,
+    )
     from harness.workload.durations import ExponentialTime, FixedTime, LogNormalTime
     from harness.workload.formats import LoadReport, detect_format, load_trace, read_trace, write_trace
     from harness.workload.lengths import Empirical, Fixed, TruncatedLogNormal, Uniform

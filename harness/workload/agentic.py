@@ -16,7 +16,8 @@ P system prompts, whose complete blocks have the same ids in every session that 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class AgenticWorkload:
         return {"session": session[fits], "turn": turn[fits], "input": inputs[fits], "output": output[fits],
                 "offset": _segment_cumsum(gap, first, session)[fits], "prompt": prompt}
 
-    def _turn_table(self, n_chunks: int, entropy: int) -> dict[str, np.ndarray]:
+    def _turn_table(self, n_chunks: int, entropy: int | Sequence[int] | None) -> dict[str, np.ndarray]:
         """The turns of the first n_chunks * _CHUNK sessions.
 
         Implementation note: each chunk of sessions has its own child seed, so drawing more
@@ -101,7 +102,7 @@ class AgenticWorkload:
 
     def _select(self, rate_rps: float | None) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Draw enough sessions that the first num_requests arrivals are final; return them in arrival order."""
-        n = self.num_requests
+        n = cast(int, self.num_requests)  # check_num_requests without allow_all: an int
         n_chunks = math.ceil((n / max(1.0, float(self.turns.mean())) * 1.25 + 8) / _CHUNK)
         arrivals = self.session_arrivals
         entropy = np.random.SeedSequence(self.seed).entropy  # seed None: fresh, but one for all draws
@@ -164,7 +165,7 @@ class AgenticWorkload:
         return float(np.mean([r.output_tokens for r in self.generate()]))
 
 
-def _rng(entropy: int, stream: int) -> np.random.Generator:
+def _rng(entropy: int | Sequence[int] | None, stream: int) -> np.random.Generator:
     """Child `stream` of the seed: the same generator as SeedSequence(seed).spawn(...)[stream]."""
     return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(stream,)))
 
@@ -173,4 +174,5 @@ def _segment_cumsum(values: np.ndarray, first: np.ndarray, segment: np.ndarray) 
     """Running sum restarting at each segment's first index (segments contiguous, in order)."""
     total = np.cumsum(values)
     before = total[first] - values[first]
-    return total - before[segment]
+    running: np.ndarray = total - before[segment]
+    return running

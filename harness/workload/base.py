@@ -9,9 +9,8 @@ from typing import Protocol
 import numpy as np
 
 from harness.errors import InputError
+from harness.resources import data_root
 from harness.workload.request import Request
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Workload(Protocol):
@@ -66,14 +65,15 @@ def streams(seed: int | None, k: int) -> list[np.random.Generator]:
 
 
 def resolve_path(path: str | Path) -> Path:
-    """A trace path from a config: absolute, else relative to the current directory, else to the repo root."""
+    """A trace path from a config: absolute, else relative to the current directory, else to the
+    harness's data root (the source tree, or the installed package, which ships `traces/`)."""
     p = Path(path).expanduser()
     if p.is_absolute() or p.exists():
         return p
-    in_repo = REPO_ROOT / p
-    if in_repo.exists():
-        return in_repo
-    raise InputError(f"trace file {str(path)!r} not found (looked in {Path.cwd()} and {REPO_ROOT})")
+    root = data_root()
+    if (root / p).exists():
+        return root / p
+    raise InputError(f"trace file {str(path)!r} not found (looked in {Path.cwd()} and {root})")
 
 
 def empirical(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

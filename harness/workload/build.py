@@ -7,7 +7,7 @@ functions accept a DictConfig, a plain mapping, or an already-built workload obj
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from hydra.errors import InstantiationException
@@ -27,10 +27,11 @@ def _one_line(text: str) -> str:
 def instantiate_workload(workload_cfg: Any) -> Workload:
     """Build the workload object named by the node's `_target_`; config mistakes become InputError."""
     if callable(getattr(workload_cfg, "generate", None)):
-        return workload_cfg  # already built
+        built: Workload = workload_cfg  # already built
+        return built
     if isinstance(workload_cfg, DictConfig):
         try:
-            node = OmegaConf.to_container(workload_cfg, resolve=True)
+            node = cast(dict[str, Any], OmegaConf.to_container(workload_cfg, resolve=True))
         except OmegaConfBaseException as err:
             raise InputError(f"workload config: {_one_line(str(err))}") from err
     elif isinstance(workload_cfg, Mapping):
@@ -41,7 +42,8 @@ def instantiate_workload(workload_cfg: Any) -> Workload:
     if not node.get("_target_"):
         raise InputError(f"workload {name!r} has no _target_ (e.g. harness.workload.synthetic.SyntheticWorkload)")
     try:
-        return instantiate(node, _convert_="all")
+        workload: Workload = instantiate(node, _convert_="all")
+        return workload
     except InstantiationException as err:
         cause: BaseException | None = err
         while cause is not None and not isinstance(cause, InputError):

@@ -57,7 +57,8 @@ class PhasedWorkload:
     # The planner sees the first phase: the traffic the operator planned for before it shifted.
     # Adapting to what comes after is the long-term rebalancer's job (`rebalancer.enabled`).
     def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.phases[0].uncached_input_distribution()
+        grid: tuple[np.ndarray, np.ndarray] = self.phases[0].uncached_input_distribution()
+        return grid
 
     def mean_output_tokens(self) -> float:
         return float(self.phases[0].mean_output_tokens())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class PrefixCache:
         if isinstance(blocks, set):
             blocks.update(hash_ids)
             return
-        capacity = self.capacity_blocks
+        capacity = cast(int, self.capacity_blocks)  # an OrderedDict of blocks exactly when bounded
         for h in hash_ids:
             if h in blocks:
                 blocks.move_to_end(h)
@@ -99,4 +100,5 @@ def uncached_input_tokens(requests: Sequence[Request], block_tokens: int,
                           capacity_blocks: int | None = None) -> np.ndarray:
     """Incremental (uncached) prompt length of each request: what a prefill actually computes."""
     inputs = np.fromiter((r.input_tokens for r in requests), dtype=np.int64, count=len(requests))
-    return inputs - replay_hits(requests, block_tokens, capacity_blocks)
+    uncached: np.ndarray = inputs - replay_hits(requests, block_tokens, capacity_blocks)
+    return uncached

@@ -49,7 +49,7 @@ def unique_hash_ids(input_tokens: np.ndarray, block_tokens: int, first_id: int =
     """
     counts = np.asarray(n_blocks(np.asarray(input_tokens, dtype=np.int64), block_tokens), dtype=np.int64)
     starts = first_id + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    return [tuple(range(s, s + c)) for s, c in zip(starts.tolist(), counts.tolist())]
+    return [tuple(range(s, s + c)) for s, c in zip(starts.tolist(), counts.tolist(), strict=False)]
 
 
 def requests_to_frame(requests: Sequence[Request]) -> pd.DataFrame:
@@ -66,7 +66,8 @@ def requests_to_frame(requests: Sequence[Request]) -> pd.DataFrame:
 
 
 def _optional_ints(values: Iterable[object]) -> list[int | None]:
-    return [None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else int(v) for v in values]
+    return [None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else int(v)  # type: ignore[call-overload]
+            for v in values]
 
 
 def frame_to_requests(df: pd.DataFrame) -> list[Request]:
@@ -82,5 +83,5 @@ def frame_to_requests(df: pd.DataFrame) -> list[Request]:
         Request(int(rid), float(t), int(i), int(o), h, s, k)
         for rid, t, i, o, h, s, k in zip(df["request_id"].tolist(), df["arrival_s"].tolist(),
                                          df["input_tokens"].tolist(), df["output_tokens"].tolist(),
-                                         hash_ids, sessions, turns)
+                                         hash_ids, sessions, turns, strict=False)
     ]

@@ -44,11 +44,12 @@ class SyntheticWorkload:
         times = arrivals.offsets(n, rng_arrivals)
         hash_ids = unique_hash_ids(inputs, self.block_tokens)
         return [Request(i, t, a, b, h) for i, (t, a, b, h) in
-                enumerate(zip(times.tolist(), inputs.tolist(), outputs.tolist(), hash_ids))]
+                enumerate(zip(times.tolist(), inputs.tolist(), outputs.tolist(), hash_ids, strict=False))]
 
     def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
         """No prefix sharing, so the uncached length is the input length: its exact grid."""
-        return self.input_lengths.grid()
+        grid: tuple[np.ndarray, np.ndarray] = self.input_lengths.grid()
+        return grid
 
     def mean_output_tokens(self) -> float:
         return float(self.output_lengths.mean())

@@ -13,8 +13,15 @@ from typing import Any
 import numpy as np
 
 from harness.workload.arrivals import Replay
-from harness.workload.base import (check_block_tokens, check_has, check_num_requests, check_seed, empirical,
-                                   resolve_path, streams)
+from harness.workload.base import (
+    check_block_tokens,
+    check_has,
+    check_num_requests,
+    check_seed,
+    empirical,
+    resolve_path,
+    streams,
+)
 from harness.workload.formats import LoadReport, load_trace
 from harness.workload.prefix import uncached_input_tokens
 from harness.workload.request import Request
@@ -50,7 +57,7 @@ class TraceWorkload:
         else:
             times = arrivals.offsets(len(requests), streams(self.seed, 1)[0])
         retimed = [Request(r.request_id, t, r.input_tokens, r.output_tokens, r.hash_ids, r.session_id, r.turn)
-                   for r, t in zip(requests, times.tolist())]
+                   for r, t in zip(requests, times.tolist(), strict=False)]
         return retimed, report
 
     def generate(self, rate_rps: float | None = None) -> list[Request]:

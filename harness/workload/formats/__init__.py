@@ -54,7 +54,8 @@ def load_trace(path: str | Path, fmt: str | None = None, block_tokens: int = 512
         raise InputError(f"{path}: is a directory, not a trace file")
     if not path.exists():
         raise InputError(f"{path}: no such file")
-    return module.read(path, block_tokens)
+    loaded: tuple[list[Request], LoadReport] = module.read(path, block_tokens)
+    return loaded
 
 
 def open_chunks(path: str | Path, fmt: str | None = None, block_tokens: int = 512) -> tuple[ModuleType, LoadReport]:

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
-from harness.workload.formats.common import (Columns, FieldNames, LoadReport, open_text_for_write, progress,
-                                             to_requests)
+from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="TIMESTAMP", input="ContextTokens", output="GeneratedTokens")
@@ -66,7 +65,8 @@ def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
         i = int(np.argmax(~ok.to_numpy()))
         raise InputError(f"{where(i)}: field '{column}' must be an integer (at most 18 digits), "
                          f"got {frame[column].iloc[i]!r}")
-    return text.astype(np.int64).to_numpy()
+    ints: np.ndarray = text.astype(np.int64).to_numpy()
+    return ints
 
 
 def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict | None = None) -> np.ndarray:
@@ -81,7 +81,7 @@ def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict 
     if len(text) == 0 or state["numeric"]:
         bad = numeric.isna().to_numpy()
         kind = "a number of seconds (as in the first row)"
-        values = numeric.to_numpy(dtype=np.float64)
+        values: np.ndarray = numeric.to_numpy(dtype=np.float64)
     else:
         stamps = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
         bad = stamps.isna().to_numpy()

@@ -11,9 +11,9 @@ import gzip
 import io
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import IO
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, cast
 
 import numpy as np
 from tqdm import tqdm
@@ -117,7 +117,7 @@ def check_columns(cols: Columns, names: FieldNames, where: Callable[[int], str],
             i = _first(values > MAX_TOKENS)
             raise InputError(f"{where(i)}: field '{name}' = {values[i]} is over the {MAX_TOKENS:,}-token sanity limit")
 
-    expected = n_blocks(inp, block_tokens)
+    expected = cast(np.ndarray, n_blocks(inp, block_tokens))
     for i, ids in enumerate(cols.hash_ids if cols.hash_ids is not None else ()):
         if ids is not None and len(ids) != expected[i]:
             raise InputError(
@@ -157,12 +157,12 @@ def to_requests(cols: Columns, names: FieldNames, where: Callable[[int], str], b
     rows = np.flatnonzero(keep)
     if len(rows) == 0:
         raise InputError(f"{report.path}: no usable requests (all {n} rows have an empty prompt)")
-    ids = cols.request_id if cols.request_id is not None else np.arange(len(rows))
+    rids = cols.request_id if cols.request_id is not None else np.arange(len(rows))
     if cols.request_id is not None:
-        ids = np.asarray(ids)[rows]
+        rids = np.asarray(rids)[rows]
     sessions = cols.session_id or [None] * n
     turns = cols.turn or [None] * n
-    t_list, in_list, out_list, rid_list = t.tolist(), inp.tolist(), out.tolist(), np.asarray(ids).tolist()
+    t_list, in_list, out_list, rid_list = t.tolist(), inp.tolist(), out.tolist(), np.asarray(rids).tolist()
     return [Request(rid_list[k], t_list[i], in_list[i], out_list[i], hash_ids[i],  # type: ignore[arg-type]
                     sessions[i], turns[i]) for k, i in enumerate(rows.tolist())]
 
@@ -171,7 +171,9 @@ def progress(requests: Sequence[Request], what: str) -> Iterable[Request]:
     """A tqdm bar on stderr for big traces (off when stderr is not a terminal)."""
     if len(requests) < 100_000:
         return requests
-    return tqdm(requests, desc=what, unit="req", unit_scale=True, file=sys.stderr, disable=None, leave=False)
+    bar: Iterable[Request] = tqdm(requests, desc=what, unit="req", unit_scale=True, file=sys.stderr, disable=None,
+                                  leave=False)
+    return bar
 
 
 def open_text_for_write(path: Path) -> IO[str]:
@@ -181,7 +183,7 @@ def open_text_for_write(path: Path) -> IO[str]:
     same requests always give the same bytes.
     """
     if path.name.endswith(".gz"):
-        raw = gzip.GzipFile(filename="", mode="wb", fileobj=open(path, "wb"), mtime=0, compresslevel=6)
+        raw = gzip.GzipFile(filename="", mode="wb", fileobj=open(path, "wb"), mtime=0, compresslevel=6)  # noqa: SIM115
         return _ClosingWrapper(raw)
     return open(path, "w", encoding="utf-8", newline="\n")
 
@@ -198,4 +200,4 @@ class _ClosingWrapper(io.TextIOWrapper):
             super().close()
         finally:
             if self._fileobj is not None:
-                self._fileobj.close()
+                self._fileobj.close()  # type: ignore[union-attr]  # the file open_text_for_write opened

@@ -16,13 +16,12 @@ import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
 from harness.errors import InputError
-from harness.workload.formats.common import (Columns, FieldNames, LoadReport, open_text_for_write, progress,
-                                             to_requests)
+from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="timestamp", input="input_length", output="output_length")
@@ -38,7 +37,7 @@ def _open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", newline="\n")  # JSON Lines ends lines with \n only; \r is whitespace
 
 
-def _int(obj: dict, key: str, where: str, optional: bool = False) -> int | None:
+def _int(obj: dict[str, Any], key: str, where: str, optional: bool = False) -> int | None:
     value = obj.get(key)
     if value is None and optional:
         return None
@@ -122,7 +121,7 @@ def chunks(path: Path, rows: int = 10_000,
 def _line(r: Request) -> str:
     # Implementation note: formatted by hand (json.dumps' default separators) because it is ~5x
     # faster for 100k-row traces and gives byte-identical output to the Mooncake files.
-    ms = int(round(r.arrival_s * 1000.0))
+    ms = round(r.arrival_s * 1000.0)
     ids = ", ".join(map(str, r.hash_ids))
     extra = ""
     if r.session_id is not None:

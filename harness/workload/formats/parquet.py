@@ -30,7 +30,8 @@ def _int_column(path: Path, table: pa.Table, name: str) -> np.ndarray:
     if col.null_count:
         i = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
         raise InputError(f"{path}: row {i}: field '{name}' is null")
-    return col.to_numpy().astype(np.int64)
+    values: np.ndarray = col.to_numpy().astype(np.int64)
+    return values
 
 
 def _optional_ints(path: Path, table: pa.Table, name: str) -> list[int | None] | None:
@@ -39,7 +40,8 @@ def _optional_ints(path: Path, table: pa.Table, name: str) -> list[int | None] |
     col = table.column(name)
     if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
         raise InputError(f"{path}: column '{name}' must hold integers or nulls, has type {col.type}")
-    return col.to_pylist()
+    ints: list[int | None] = col.to_pylist()
+    return ints
 
 
 def _hash_ids(path: Path, table: pa.Table) -> list[tuple[int, ...] | None] | None:
