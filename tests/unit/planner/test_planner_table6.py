@@ -9,9 +9,12 @@ from __future__ import annotations
 import pytest
 
 
+PAPER_FORMULA = {"planner.service_time": "representative"}  # Table 6 is the paper's formula: set it explicitly
+
+
 @pytest.fixture(scope="module")
 def plans(plan):
-    return {dep: plan([f"deployment={dep}"]) for dep in ("homogeneous_pd", "naive_hetero", "prfaas_pd")}
+    return {dep: plan([f"deployment={dep}"], PAPER_FORMULA) for dep in ("homogeneous_pd", "naive_hetero", "prfaas_pd")}
 
 
 def test_prfaas_pd_configuration(plans):
