@@ -158,6 +158,17 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
     prov["kv_capacity_bytes"] = (f"{gpus} x {hw.hbm_capacity_bytes / 1e9:g} GB x {hw.memory_utilisation:g} usable "
                                  f"- {spec.weight_bytes / 1e9:,.0f} GB weights")
     decode_block = entry.get("decode") or {}
+    variant = spec.config.get("decode_variant")
+    if variant is not None:
+        variants = spec.config.get("decode_variants") or {}
+        if variant not in variants:
+            raise InputError(f"model {spec.name}.decode_variant must be one of "
+                             f"{', '.join(sorted(variants)) or '(none defined)'}, got {variant!r}")
+        chosen = (variants[variant] or {}).get(hw.name)
+        if chosen is not None:
+            check_keys(chosen, DecodeConfig, f"model {spec.name}.decode_variants.{variant}.{hw.name}")
+            decode_block = chosen
+            prov["decode_variant"] = f"{variant} (model.decode_variant)"
     kind = decode_block.get("kind", "roofline")
     if kind not in DECODE_KINDS:
         raise InputError(f"{where}.decode.kind must be one of {', '.join(DECODE_KINDS)}, got {kind!r}")
