@@ -33,7 +33,8 @@ class LoadgenConfig:
 
     rate_rps: float | None = None  # None: the workload's own rate; inf: saturate (closed loop)
     concurrency: int | None = None  # closed loop: this many requests in flight, arrivals ignored
-    saturation_in_flight: int = 256  # requests kept in flight when rate_rps is inf
+    saturation_in_flight: int | None = None  # in flight when rate_rps is inf; None: sized from the planner
+    saturation_headroom: float = 2.0  # x Little's-law in-flight count at the planner's Lambda_max
     max_duration_s: float | None = None  # stop offering new requests after this much run time
     progress: bool = True
     # Live/url only (the load generator over HTTP; see harness/loadgen/engine.py):

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from harness.analysis.frames import requests_frame
 from harness.clock import VirtualClock
 from harness.deploy.build import build
+from harness.deploy.capacity import offer_saturation, saturation_in_flight, saturation_meta
 from harness.deploy.timeseries import build_timeseries
 from harness.errors import require
 from harness.recording import RecordStream, stop_on_signals
@@ -86,7 +87,7 @@ def run_sim(cfg: DictConfig, records_path: Path | None = None) -> RunResult:
     require(loadgen.concurrency is None or loadgen.concurrency >= 1,
             f"loadgen.concurrency must be >= 1 (or null for open loop), got {loadgen.concurrency}")
     saturate = loadgen.rate_rps is not None and math.isinf(loadgen.rate_rps)
-    concurrency = int(loadgen.saturation_in_flight) if saturate else loadgen.concurrency
+    concurrency = saturation_in_flight(cfg) if saturate else loadgen.concurrency
     requests = build_workload(cfg.workload, rate_rps=None if saturate else loadgen.rate_rps)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
     clock = VirtualClock()
@@ -104,7 +105,7 @@ def run_sim(cfg: DictConfig, records_path: Path | None = None) -> RunResult:
     deployment.on_record = on_record
     stop_s = loadgen.max_duration_s
     if concurrency is not None:
-        _offer_closed_loop(clock, deployment, requests, int(concurrency), stop_s)
+        (offer_saturation if saturate else _offer_closed_loop)(clock, deployment, requests, int(concurrency), stop_s)
     else:
         _offer_open_loop(clock, deployment, requests, stop_s)
     interrupted = False
@@ -150,5 +151,6 @@ def run_sim(cfg: DictConfig, records_path: Path | None = None) -> RunResult:
         "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
+        "saturation": saturation_meta(cfg, frame, timeseries, built.plan, concurrency) if saturate else None,
     }
     return RunResult(frame, timeseries, meta, stream)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -159,15 +161,74 @@ def steady_window(df: pd.DataFrame, warmup_fraction: float) -> tuple[float, floa
     return start, last
 
 
-def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float) -> float:
+def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float, closed_loop: bool = False) -> float:
     """Completions per second inside the steady window: the offered rate under light load, the
-    capacity under overload. Falls back to `throughput_rps` when the window is empty."""
+    capacity under overload. Falls back to `throughput_rps` when the window is empty.
+
+    `closed_loop` (a saturation run: each completion sends the next request): the window runs from
+    the completion of the first `warmup_fraction` of the requests to that of all but the last
+    `warmup_fraction` (never past the last send), so it covers the same part of the trace whatever
+    the in-flight count (a larger count otherwise shifts the window's requests by that many, which
+    on a drifting trace is a different mix). Completions are counted per route: if a route completed
+    fewer than its share of the sent requests (by more than 3 binomial sigma), the run served a mix
+    richer in the faster route than the workload's, and the throughput at the workload's mix is
+    min over routes of (route completions / route share) / window.
+    """
+    if closed_loop:
+        value = _closed_loop_throughput(df, warmup_fraction)
+        if math.isfinite(value):
+            return value
     start, end = steady_window(df, warmup_fraction)
     if not end > start:
         return throughput_rps(df)
     finish = _values(df, "finish_s")[completed_mask(df)]
     inside = (finish >= start) & (finish <= end)
     return float(inside.sum() / (end - start))
+
+
+def _last_full_send(sends: np.ndarray, ends: np.ndarray) -> float:
+    """The last send after which the loop was back at its full in-flight count: past it the loop
+    ran out of requests it could send and the in-flight count decays (a drain, not capacity)."""
+    sends = np.sort(sends)
+    in_flight = np.arange(1, sends.size + 1) - np.searchsorted(ends, sends, side="right")
+    full = np.nonzero(in_flight >= in_flight.max())[0]
+    return float(sends[full[-1]])
+
+
+def _closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:
+    done = completed_mask(df)
+    finish = _values(df, "finish_s")
+    arr = _finite(_values(df, "arrival_s"))
+    ends = np.sort(finish[done])
+    n = len(df)
+    if ends.size < 4 or arr.size == 0:
+        return float("nan")
+    k0 = int(math.ceil(warmup_fraction * n))
+    k1 = int(math.floor((1.0 - warmup_fraction) * n)) - 1
+    k0, k1 = min(max(k0, 0), ends.size - 1), min(max(k1, 0), ends.size - 1)
+    start, end = float(ends[k0]), min(float(ends[k1]), _last_full_send(arr, ends))
+    if not end > start:
+        return float("nan")
+    inside = done & (finish > start) & (finish <= end)
+    rate = float(inside.sum()) / (end - start)
+    if "route" not in df.columns:
+        return rate
+    routes = df["route"].astype("string").fillna("").to_numpy()
+    sent = routes != ""
+    names = [r for r in np.unique(routes[sent])]
+    if len(names) < 2:
+        return rate
+    total = int(inside.sum())
+    per_route = []
+    short = False
+    for name in names:
+        share = float((routes[sent] == name).mean())
+        count = int((inside & (routes == name)).sum())
+        expected = share * total
+        if count < expected - 3.0 * math.sqrt(max(expected * (1.0 - share), 1e-12)):
+            short = True
+        per_route.append(count / share / (end - start) if share > 0 else math.inf)
+    return float(min(per_route)) if short else rate
 
 
 def latency(df: pd.DataFrame, column: str, stat: str) -> float:

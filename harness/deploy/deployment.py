@@ -246,7 +246,9 @@ class Deployment:
         job.cached_tokens = look.usable_tokens
         job.cache_hit_tokens = look.hit_tokens
         job.cached_local_tokens = looks[LOCAL].usable_tokens
-        instance = self._choose_instance(cluster, look)
+        instance = self._choose_instance(cluster, look, request.input_tokens)
+        if look.pending_owner is not None and instance.name != look.pending_owner:
+            job.cached_tokens = look.ready_tokens  # elsewhere only the computed part of the prefix helps
         for observe in self.observers:
             observe(job)
         if look is not _NO_CACHE:
@@ -259,13 +261,22 @@ class Deployment:
         else:
             instance.submit(job)
 
-    def _choose_instance(self, cluster: str, look: Lookup) -> PrefillInstance:
-        """Cache-affine when the matched prefix is still being computed, else least loaded."""
+    def _choose_instance(self, cluster: str, look: Lookup, input_tokens: int = 0) -> PrefillInstance:
+        """Earliest finish: the instance computing the matched prefix (it skips the pending part too)
+        unless the least-loaded one, skipping only the computed part, would finish sooner."""
+        least = self.least_loaded[cluster].least_loaded()
         if look.pending_owner is not None:
             for instance in self.prefill[cluster]:
                 if instance.name == look.pending_owner:
-                    return instance
-        return self.least_loaded[cluster].least_loaded()
+                    if instance is least:
+                        return instance
+                    profile, total = self.profiles[cluster], input_tokens
+                    owner_done = instance.backlog_s() + profile.prefill_s(max(total - look.usable_tokens, 0),
+                                                                          look.usable_tokens)
+                    other_done = least.backlog_s() + profile.prefill_s(max(total - look.ready_tokens, 0),
+                                                                       look.ready_tokens)
+                    return instance if owner_done <= other_done else least
+        return least
 
     def _fetch_then_prefill(self, job: Job, source: str, tokens: int, instance: PrefillInstance) -> None:
         """Cross-cluster cache transfer: move the longer prefix (KV + state) to the computing cluster."""

@@ -25,6 +25,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from harness.analysis.frames import requests_frame, write_parquet
+from harness.deploy.capacity import saturation_in_flight
 from harness.deploy.timeseries import build_timeseries, occupancy
 from harness.errors import InputError, require
 from harness.loadgen.client import OpenAIHttpTarget, discover_model
@@ -97,7 +98,7 @@ def _offer(cfg: DictConfig) -> tuple[list, int | None, float | None]:
             f"loadgen.concurrency must be >= 1 (or null for open loop), got {lg.concurrency}")
     require(lg.warmup_s >= 0, f"loadgen.warmup_s must be >= 0, got {lg.warmup_s}")
     saturate = lg.rate_rps is not None and math.isinf(lg.rate_rps)
-    concurrency = int(lg.saturation_in_flight) if saturate else lg.concurrency
+    concurrency = saturation_in_flight(cfg) if saturate else lg.concurrency
     requests = build_workload(cfg.workload, rate_rps=None if saturate else lg.rate_rps)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
     offered = lg.rate_rps
