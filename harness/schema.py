@@ -76,7 +76,6 @@ class ServerConfig:
 @dataclass
 class RootConfig:
     mode: str = "sim"  # sim | live | url
-    seed: int | None = 0
     out_dir: str = "."
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     target: TargetConfig = field(default_factory=TargetConfig)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.costmodel.curves import PiecewiseLinear, Polynomial, RooflinePrefill, read_profile_csv
+from harness.costmodel.curves import PiecewiseLinear, Polynomial, RooflinePrefill, Scaled, read_profile_csv
 from harness.costmodel.decode import ConstantDecode, LinearDecode, RooflineDecode, roofline_bs_max
 from harness.costmodel.hardware import HardwareSpec
 from harness.costmodel.nodes import integer, number
@@ -152,6 +152,11 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
         entry = None
     entry = entry or {}
     prefill, csv_tokens, csv_kv = _prefill_curve(entry.get("prefill"), spec, hw, gpus, f"{where}.prefill", prov)
+    scale = (entry.get("prefill") or {}).get("scale")
+    if scale is not None and float(scale) != 1.0:
+        factor = number(entry["prefill"], "scale", f"{where}.prefill", minimum=0, exclusive=True)
+        prefill = Scaled(prefill, factor)
+        prov["prefill_s"] += f" x {factor:g} (prefill.scale)"
     kv, kv_per_token, state = _kv_curve(spec, csv_tokens, csv_kv, prov)
 
     kv_capacity = usable - spec.weight_bytes

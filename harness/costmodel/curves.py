@@ -111,6 +111,21 @@ class RooflinePrefill:
         return self.overhead_s + flops / self._rate
 
 
+class Scaled:
+    """A curve times a constant (a sensitivity knob: `prefill.scale` on an inferred curve)."""
+
+    __slots__ = ("curve", "factor")
+
+    def __init__(self, curve, factor: float) -> None:
+        self.curve, self.factor = curve, factor
+
+    def __call__(self, l: float) -> float:
+        return self.factor * self.curve(l)
+
+    def vec(self, l: np.ndarray) -> np.ndarray:
+        return self.factor * self.curve.vec(l)
+
+
 def check_monotone(curve, where: str) -> None:
     """InputError unless the curve is finite, >= 0 and non-decreasing on [0, 1M] tokens."""
     y = curve.vec(_CHECK_TOKENS)

@@ -93,6 +93,7 @@ class PrefillCurveConfig:
     coefficients: list[float] | None = None
     mfu: float | None = None
     overhead_s: float | None = None
+    scale: float | None = None  # multiply the curve (sensitivity studies of an inferred profile)
     provenance: str = ""
 
 
