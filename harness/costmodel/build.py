@@ -166,10 +166,12 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
     variant = spec.config.get("decode_variant")
     if variant is not None:
         variants = spec.config.get("decode_variants") or {}
-        if variant not in variants:
+        if not variants:  # a model with no variants (e.g. composed beside one that has them): its own decode
+            prov["decode_variant"] = f"{variant} requested; model {spec.name} defines no decode variants"
+        elif variant not in variants:
             raise InputError(f"model {spec.name}.decode_variant must be one of "
                              f"{', '.join(sorted(variants)) or '(none defined)'}, got {variant!r}")
-        chosen = (variants[variant] or {}).get(hw.name)
+        chosen = (variants.get(variant) or {}).get(hw.name)
         if chosen is not None:
             check_keys(chosen, DecodeConfig, f"model {spec.name}.decode_variants.{variant}.{hw.name}")
             decode_block = chosen
