@@ -16,10 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.sim.conftest import compose_cfg  # noqa: E402
-
-from harness.analysis.summary import summarize  # noqa: E402
-from harness.sim import run_sim  # noqa: E402
+from harness.analysis.summary import summarize
+from harness.sim import run_sim
+from tests.sim.conftest import compose_cfg
 
 
 def capacity(overrides: list[str]) -> dict:

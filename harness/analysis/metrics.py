@@ -7,9 +7,8 @@ statistics. Percentiles use numpy's linear interpolation (the convention of `vll
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -203,8 +202,8 @@ def _closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:
     n = len(df)
     if ends.size < 4 or arr.size == 0:
         return float("nan")
-    k0 = int(math.ceil(warmup_fraction * n))
-    k1 = int(math.floor((1.0 - warmup_fraction) * n)) - 1
+    k0 = math.ceil(warmup_fraction * n)
+    k1 = math.floor((1.0 - warmup_fraction) * n) - 1
     k0, k1 = min(max(k0, 0), ends.size - 1), min(max(k1, 0), ends.size - 1)
     start, end = float(ends[k0]), min(float(ends[k1]), _last_full_send(arr, ends))
     if not end > start:

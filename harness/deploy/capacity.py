@@ -38,7 +38,7 @@ def little_in_flight(plan: dict[str, Any], headroom: float = DEFAULT_HEADROOM) -
     t_decode = float(plan["t_decode_s"]) * float(plan["mean_output_tokens"])
     busy = lam * (t_prefill + t_decode)
     floor = int(plan.get("n_prfaas") or 0) + int(plan.get("n_prefill") or 0) + 1
-    return max(floor, int(math.ceil(headroom * busy)))
+    return max(floor, math.ceil(headroom * busy))
 
 
 def saturation_in_flight(cfg: Any, plan: dict[str, Any] | None = None) -> int:

@@ -16,6 +16,7 @@ from harness.costmodel import InstanceProfile, build_profile
 from harness.costmodel.nodes import integer, number, plain
 from harness.errors import InputError
 from harness.planner.search import SERVICE_TIMES
+
 DEFAULT_SERVICE_TIME = "expected"  # what a queue sees; `representative` is the paper's formula
 DEFAULT_SLO_TOKENS_PER_S = 40.0
 

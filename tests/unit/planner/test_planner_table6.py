@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-
 PAPER_FORMULA = {"planner.service_time": "representative"}  # Table 6 is the paper's formula: set it explicitly
 
 
