@@ -179,7 +179,7 @@ def offer_saturation(clock, deployment, requests: list, in_flight: int, stop_s: 
     def on_record(record: dict) -> None:
         if previous is not None:
             previous(record)
-        rid = record.get("request_id")
+        rid = int(record["request_id"])
         done.add(rid)
         freed = waiting_on.pop(rid, None)
         if freed:
