@@ -151,6 +151,6 @@ def run_sim(cfg: DictConfig, records_path: Path | None = None) -> RunResult:
         "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
-        "saturation": saturation_meta(cfg, frame, timeseries, built.plan, concurrency) if saturate else None,
+        **({"saturation": saturation_meta(cfg, frame, timeseries, built.plan, concurrency)} if saturate else {}),
     }
     return RunResult(frame, timeseries, meta, stream)
