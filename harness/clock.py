@@ -36,8 +36,15 @@ class Clock(Protocol):
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer: ...
 
 
+_ROUNDING = 1e-9  # relative: a time this close behind `now` is float rounding of `now`, not the past
+
+
 class VirtualClock:
-    """Discrete-event clock: time jumps to the next timer. Ties run in scheduling order."""
+    """Discrete-event clock: time jumps to the next timer. Ties run in scheduling order.
+
+    Scheduling in the past is a bug in the caller (an event would run out of order), so it raises;
+    only float rounding (within 1e-9 relative of now) is taken as now.
+    """
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
@@ -50,6 +57,9 @@ class VirtualClock:
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
         if when < self._now:
+            if not self._now - when <= _ROUNDING * max(1.0, abs(self._now)):
+                raise ValueError(f"VirtualClock.call_at: {when!r} is in the past (now {self._now!r}); "
+                                 f"schedule at or after now")
             when = self._now
         timer = Timer(when, fn)
         heapq.heappush(self._heap, (when, next(self._seq), timer))

@@ -36,7 +36,8 @@ class LoadgenConfig:
 
     rate_rps: float | None = None  # None: the workload's own rate; inf: saturate (closed loop)
     concurrency: int | None = None  # closed loop: this many requests in flight, arrivals ignored
-    saturation_in_flight: int = 256  # requests kept in flight when rate_rps is inf
+    saturation_in_flight: int | None = None  # in flight when rate_rps is inf; None: sized from the planner
+    saturation_headroom: float = 2.0  # x Little's-law in-flight count at the planner's Lambda_max
     max_duration_s: float | None = None  # stop offering new requests after this much run time
     progress: bool = True
     # Live/url only (the load generator over HTTP; see harness/loadgen/engine.py):
@@ -104,7 +105,6 @@ class RecordingConfig:
 @dataclass
 class RootConfig:
     mode: str = "sim"  # sim | live | url
-    seed: int | None = 0
     out_dir: str = "."
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
@@ -185,14 +185,14 @@ class Range:
 
 
 RANGES: tuple[Range, ...] = (
-    Range("seed", 0, integer=True, nullable=True, null="unseeded"),
     Range("analysis.timeseries.bin_s", 0, ends="()"),
     Range("analysis.warmup_fraction", 0, 1, "[)"),
     Range("analysis.slo.ttft_s", 0, ends="(]"),
     Range("analysis.slo.tpot_s", 0, ends="(]"),
     Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate"),
     Range("loadgen.concurrency", 1, integer=True, nullable=True, null="open loop"),
-    Range("loadgen.saturation_in_flight", 1, integer=True),
+    Range("loadgen.saturation_in_flight", 1, integer=True, nullable=True, null="sized from the planner"),
+    Range("loadgen.saturation_headroom", 1),
     Range("loadgen.max_duration_s", 0, ends="(]", nullable=True, null="no limit"),
     Range("loadgen.warmup_s", 0),
     Range("loadgen.max_lateness_ms", 0, ends="(]"),

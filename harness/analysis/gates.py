@@ -27,8 +27,13 @@ SWEEP_METRICS = ("capacity_rps",)
 PLAN_METRICS = ("lambda_max_rps", "theta_prfaas_rps", "theta_pd_p_rps", "theta_pd_d_rps", "threshold_tokens",
                 "n_prfaas", "n_prefill", "n_decode", "offload_fraction", "egress_gbps")
 CHECK_KEYS = ("name", "metric", "deployment", "relative_to", "at", "source", "min", "max", "target", "rel_tol",
-              "abs_tol", "note")
+              "abs_tol", "note", "kind", "service_time")
 SOURCES = ("report", "plan")
+# What a check's pass means. prediction: an output the mechanism produces from independent inputs;
+# calibration: an output some input was fitted to (it holds by construction, or nearly); invariant: a
+# property that holds whatever the numbers (routing rules, conservation, no failures below capacity).
+KINDS = ("prediction", "calibration", "invariant")
+SERVICE_TIMES = ("representative", "expected")
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class Check:
     abs_tol: float | None = None
     name: str | None = None
     note: str | None = None
+    kind: str | None = None
+    service_time: str | None = None  # plan checks: read the plan made with this planner.service_time
 
     def label(self) -> str:
         text = self.name or f"{self.metric} {self.deployment or ''}".strip()
@@ -132,6 +139,12 @@ def _parse_check(raw: Any, index: int, where: str) -> Check:
     if raw.get("source") is not None and raw["source"] not in SOURCES:
         raise InputError(f"{where}: key 'source' is {raw['source']!r}; valid: {choices(SOURCES)}")
     kw["source"] = raw.get("source")
+    if raw.get("kind") is not None and raw["kind"] not in KINDS:
+        raise InputError(f"{where}: key 'kind' is {raw['kind']!r}; valid: {choices(KINDS)}")
+    kw["kind"] = raw.get("kind")
+    if raw.get("service_time") is not None and raw["service_time"] not in SERVICE_TIMES:
+        raise InputError(f"{where}: key 'service_time' is {raw['service_time']!r}; valid: {choices(SERVICE_TIMES)}")
+    kw["service_time"] = raw.get("service_time")
     at = raw.get("at")
     if isinstance(at, str) and at not in SELECTORS:
         raise InputError(f"{where}: key 'at' is {at!r}; valid: {choices(SELECTORS)} or a load in req/s")
@@ -234,12 +247,18 @@ def _plan_value(check: Check, plans: pd.DataFrame, name: str | None) -> tuple[fl
     rows = plans[plans["deployment"] == name]
     if rows.empty:
         return math.nan, f"no plan for deployment {name!r}; planned: {choices(plans['deployment'])}"
-    if check.metric not in rows.columns:
-        return math.nan, f"plan of {name!r} has no key {check.metric!r}"
-    value = pd.to_numeric(rows[check.metric], errors="coerce").iloc[0]
+    metric = check.metric
+    made_with = rows["service_time"].iloc[0] if "service_time" in rows.columns else None
+    if check.service_time is not None and made_with != check.service_time:
+        metric = f"{check.service_time}_{check.metric}"  # plan.json's second plan (harness.plan.plan_all)
+    if metric not in rows.columns:
+        return math.nan, f"plan of {name!r} has no key {metric!r}"
+    value = pd.to_numeric(rows[metric], errors="coerce").iloc[0]
     origin = rows["plan_file"].iloc[0] if "plan_file" in rows.columns and pd.notna(rows["plan_file"].iloc[0]) else None
     where = f"plan: {origin}" if origin else "plan: summaries' plan_* columns"
-    return (float(value), where) if pd.notna(value) else (math.nan, f"plan of {name!r}: {check.metric} is null")
+    if metric != check.metric:
+        where += f" ({check.service_time} service times)"
+    return (float(value), where) if pd.notna(value) else (math.nan, f"plan of {name!r}: {metric} is null")
 
 
 def _run_check(check: Check, report: pd.DataFrame, name: str) -> Result:
@@ -278,18 +297,27 @@ def _row_value(row: pd.Series, metric: str) -> float:
 
 
 def format_results(gate: Gate, results: list[Result]) -> str:
-    """The gate's table: one line per check (index, check, value, bound, PASS/FAIL, where), then a verdict."""
-    rows = [{"#": r.check.index, "check": r.check.label(), "value": _fmt(r.value), "bound": r.check.bound_text(),
-             "result": "PASS" if r.passed else "FAIL", "detail": r.detail} for r in results]
+    """The gate's table, predictions first, then calibration and invariant checks (one line per check:
+    index, kind, check, value, bound, PASS/FAIL, where), then a count per kind and a verdict."""
+    order = {kind: i for i, kind in enumerate(KINDS)}
+    ordered = sorted(results, key=lambda r: (order.get(r.check.kind or "", len(KINDS)), r.check.index))
+    rows = [{"#": r.check.index, "kind": r.check.kind or "unmarked", "check": r.check.label(),
+             "value": _fmt(r.value), "bound": r.check.bound_text(), "result": "PASS" if r.passed else "FAIL",
+             "detail": r.detail} for r in ordered]
     frame = pd.DataFrame(rows)
-    for col in ("check", "bound", "detail"):  # text reads better left-aligned
+    for col in ("kind", "check", "bound", "detail"):  # text reads better left-aligned
         width = max(frame[col].str.len().max(), len(col))
         frame[col] = frame[col].str.ljust(width)
     table = frame.to_string(index=False, justify="left")
+    counts = []
+    for kind in (*KINDS, None):
+        mine = [r for r in results if r.check.kind == kind]
+        if mine:
+            counts.append(f"{kind or 'unmarked'} {sum(r.passed for r in mine)}/{len(mine)}")
     failed = [r for r in results if not r.passed]
     verdict = f"gate {gate.name}: {len(results) - len(failed)}/{len(results)} checks passed"
     verdict += f"; FAILED: {', '.join(f'#{r.check.index} {r.check.label()}' for r in failed)}" if failed else ""
-    return f"{table}\n{verdict}"
+    return f"{table}\nby kind: {', '.join(counts)} passed\n{verdict}"
 
 
 def reference_targets(gate: Gate) -> pd.DataFrame:

@@ -9,6 +9,7 @@ statistics. Percentiles use numpy's linear interpolation (the convention of `vll
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,15 +174,81 @@ def steady_window(df: pd.DataFrame, warmup_fraction: float) -> tuple[float, floa
     return start, last
 
 
-def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float) -> float:
+def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float, closed_loop: bool = False) -> float:
     """Completions per second inside the steady window: the offered rate under light load, the
-    capacity under overload. Falls back to `throughput_rps` when the window is empty."""
+    capacity under overload. Falls back to `throughput_rps` when the window is empty.
+
+    `closed_loop` (a saturation run: each completion sends the next request): the window runs from
+    the completion of the first `warmup_fraction` of the requests to that of all but the last
+    `warmup_fraction` (never past the last send), so it covers the same part of the trace whatever
+    the in-flight count (a larger count otherwise shifts the window's requests by that many, which
+    on a drifting trace is a different mix). With several routes each is measured the same way over
+    its own requests, and the slowest per unit of its share of the workload sets the rate: the
+    routes' queues may be working on parts of the trace far apart, and the loop's total would count
+    whichever is ahead (a FIFO pool busy throughout then measures the same service times whatever
+    the in-flight count).
+    """
+    if closed_loop:
+        value = _closed_loop_throughput(df, warmup_fraction)
+        if math.isfinite(value):
+            return value
     start, end = steady_window(df, warmup_fraction)
     if not end > start:
         return throughput_rps(df)
     finish = _values(df, "finish_s")[completed_mask(df)]
     inside = (finish >= start) & (finish <= end)
     return float(inside.sum() / (end - start))
+
+
+def _last_full_send(sends: np.ndarray, ends: np.ndarray) -> float:
+    """The last send after which the loop was back at its full in-flight count: past it the loop
+    ran out of requests it could send and the in-flight count decays (a drain, not capacity)."""
+    sends = np.sort(sends)
+    in_flight = np.arange(1, sends.size + 1) - np.searchsorted(ends, sends, side="right")
+    full = np.nonzero(in_flight >= in_flight.max())[0]
+    return float(sends[full[-1]])
+
+
+def _completion_window_rate(finish: np.ndarray, n: int, warmup_fraction: float, last_send: float) -> float:
+    """Completions per second between the completion of the first `warmup_fraction` of `n` requests
+    and that of all but the last `warmup_fraction` (never past `last_send`)."""
+    ends = np.sort(_finite(finish))
+    if ends.size < 4:
+        return float("nan")
+    k0 = min(max(math.ceil(warmup_fraction * n), 0), ends.size - 1)
+    k1 = min(max(math.floor((1.0 - warmup_fraction) * n) - 1, 0), ends.size - 1)
+    start, end = float(ends[k0]), min(float(ends[k1]), last_send)
+    if not end > start:
+        return float("nan")
+    return float(((ends > start) & (ends <= end)).sum()) / (end - start)
+
+
+def _closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:
+    done = completed_mask(df)
+    finish = np.where(done, _values(df, "finish_s"), np.nan)
+    arr = _finite(_values(df, "arrival_s"))
+    if arr.size == 0 or not done.any():
+        return float("nan")
+    last_send = _last_full_send(arr, np.sort(_finite(finish)))
+    rate = _completion_window_rate(finish, len(df), warmup_fraction, last_send)
+    if "route" not in df.columns:
+        return rate
+    routes = df["route"].astype("string").fillna("").to_numpy()
+    sent = routes != ""
+    names = list(np.unique(routes[sent]))
+    if len(names) < 2:
+        return rate
+    # Each route over the same share of its own requests: the routes' queues may be working on parts
+    # of the trace far apart, and the loop's total counts whichever is ahead. The slowest route, per
+    # unit of its share of the workload, sets the rate at the workload's mix.
+    per_route = []
+    for name in names:
+        mine = routes == name
+        share = float(mine[sent].mean())
+        r = _completion_window_rate(finish[mine], int(mine.sum()), warmup_fraction, last_send)
+        if math.isfinite(r) and share > 0:
+            per_route.append(r / share)
+    return float(min(per_route)) if per_route else rate
 
 
 def latency(df: pd.DataFrame, column: str, stat: str) -> float:

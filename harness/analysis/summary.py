@@ -86,7 +86,7 @@ def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, met
         "throughput_rps": m.throughput_rps(df),
         "output_tokens_per_s": m.output_tokens_per_s(df),
         "total_tokens_per_s": m.total_tokens_per_s(df),
-        "steady_throughput_rps": m.steady_throughput_rps(df, warmup),
+        "steady_throughput_rps": m.steady_throughput_rps(df, warmup, closed_loop=meta.get("concurrency") is not None),
         "steady_window_s": max(0.0, end_s - start_s) if math.isfinite(end_s - start_s) else 0.0,
     }
     for column, short in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e")):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.costmodel.curves import Curve, PiecewiseLinear, Polynomial, RooflinePrefill, read_profile_csv
+from harness.costmodel.curves import Curve, PiecewiseLinear, Polynomial, RooflinePrefill, Scaled, read_profile_csv
 from harness.costmodel.decode import ConstantDecode, LinearDecode, RooflineDecode, roofline_bs_max
 from harness.costmodel.hardware import HardwareSpec
 from harness.costmodel.nodes import integer, number
@@ -154,12 +154,30 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
         entry = None
     entry = entry or {}
     prefill, csv_tokens, csv_kv = _prefill_curve(entry.get("prefill"), spec, hw, gpus, f"{where}.prefill", prov)
+    scale = (entry.get("prefill") or {}).get("scale")
+    if scale is not None and float(scale) != 1.0:
+        factor = number(entry["prefill"], "scale", f"{where}.prefill", minimum=0, exclusive=True)
+        prefill = Scaled(prefill, factor)
+        prov["prefill_s"] += f" x {factor:g} (prefill.scale)"
     kv, kv_per_token, state = _kv_curve(spec, csv_tokens, csv_kv, prov)
 
     kv_capacity = usable - spec.weight_bytes
     prov["kv_capacity_bytes"] = (f"{gpus} x {hw.hbm_capacity_bytes / 1e9:g} GB x {hw.memory_utilisation:g} usable "
                                  f"- {spec.weight_bytes / 1e9:,.0f} GB weights")
     decode_block = entry.get("decode") or {}
+    variant = spec.config.get("decode_variant")
+    if variant is not None:
+        variants = spec.config.get("decode_variants") or {}
+        if not variants:  # a model with no variants (e.g. composed beside one that has them): its own decode
+            prov["decode_variant"] = f"{variant} requested; model {spec.name} defines no decode variants"
+        elif variant not in variants:
+            raise InputError(f"model {spec.name}.decode_variant must be one of "
+                             f"{', '.join(sorted(variants)) or '(none defined)'}, got {variant!r}")
+        chosen = (variants.get(variant) or {}).get(hw.name)
+        if chosen is not None:
+            check_keys(chosen, DecodeConfig, f"model {spec.name}.decode_variants.{variant}.{hw.name}")
+            decode_block = chosen
+            prov["decode_variant"] = f"{variant} (model.decode_variant)"
     kind = decode_block.get("kind", "roofline")
     if kind not in DECODE_KINDS:
         raise InputError(f"{where}.decode.kind must be one of {', '.join(DECODE_KINDS)}, got {kind!r}")

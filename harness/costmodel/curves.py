@@ -122,6 +122,22 @@ class RooflinePrefill:
         return seconds
 
 
+class Scaled:
+    """A curve times a constant (a sensitivity knob: `prefill.scale` on an inferred curve)."""
+
+    __slots__ = ("curve", "factor")
+
+    def __init__(self, curve: Curve, factor: float) -> None:
+        self.curve, self.factor = curve, factor
+
+    def __call__(self, l: float) -> float:
+        return self.factor * self.curve(l)
+
+    def vec(self, l: np.ndarray) -> np.ndarray:
+        scaled: np.ndarray = self.factor * self.curve.vec(l)
+        return scaled
+
+
 def check_monotone(curve: Curve, where: str) -> None:
     """InputError unless the curve is finite, >= 0 and non-decreasing on [0, 1M] tokens."""
     y = curve.vec(_CHECK_TOKENS)

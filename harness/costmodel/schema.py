@@ -93,6 +93,7 @@ class PrefillCurveConfig:
     coefficients: list[float] | None = None
     mfu: float | None = None
     overhead_s: float | None = None
+    scale: float | None = None  # multiply the curve (sensitivity studies of an inferred profile)
     provenance: str = ""
 
 
@@ -137,6 +138,10 @@ class ModelConfig:
     # hardware name -> ProfileConfig. Typed Any so a profile can be added from the command line
     # (`+model.profiles.h200={prefill:{kind:csv,csv:my.csv}}`); build_profile checks the keys.
     profiles: dict[str, Any] = field(default_factory=dict)
+    # Named alternatives to the profiles' decode blocks: variant name -> {hardware name -> decode block}.
+    # `model.decode_variant=<name>` swaps them in (for the planner and the emulator alike).
+    decode_variants: dict[str, Any] = field(default_factory=dict)
+    decode_variant: str | None = None
     provenance: dict[str, str] = field(default_factory=dict)
 
 

@@ -17,13 +17,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from harness.clock import Clock
-from harness.costmodel import build_profile
 from harness.deploy.deployment import Deployment
 from harness.deploy.faults import schedule_faults
 from harness.deploy.link import Link
 from harness.deploy.rebalancer import Rebalancer
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
+from harness.planner.inputs import SharedInputs, shared_inputs
 from harness.workload import build_workload, input_length_distribution, mean_output_tokens
 
 
@@ -42,7 +42,7 @@ def needs_plan(dep: DictConfig) -> bool:
     return dep.local.n_prefill is None or dep.local.n_decode is None or router_t is None
 
 
-def make_plan(cfg: DictConfig) -> dict[str, Any]:
+def make_plan(cfg: DictConfig, inputs: SharedInputs | None = None) -> dict[str, Any]:
     """Plan on the lengths the router routes on: incremental after prefix hits (the paper's rule),
     or whole prompts for a cache-blind router (`router.cache_aware: false`), as its operator would."""
     router = cfg.deployment.router
@@ -52,7 +52,7 @@ def make_plan(cfg: DictConfig) -> dict[str, Any]:
     else:
         values, weights = input_length_distribution(cfg.workload)
     plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, values, weights,
-                           mean_output_tokens(cfg.workload))
+                           mean_output_tokens(cfg.workload), inputs=inputs)
     return plan.to_dict()
 
 
@@ -106,8 +106,10 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     dep = cfg.deployment
     local = dep.local
     require(local.instances >= 1, f"deployment.local.instances must be >= 1, got {local.instances}")
+    # One object for the planner and the emulator: profiles at the planner's SLO, BS_max, decode step.
+    inputs = shared_inputs(dep, cfg.model, cfg.planner)
     try:
-        plan = make_plan(cfg)
+        plan = make_plan(cfg, inputs)
     except InputError:
         if needs_plan(dep):
             raise
@@ -125,14 +127,10 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         router.configure(plan["threshold_tokens"])
         threshold = getattr(router, "threshold_tokens", None)
 
-    local_profile = build_profile(cfg.model, local.hardware, gpus_per_instance=local.gpus_per_instance)
+    local_profile = inputs.local
     prfaas = dep.prfaas
     n_prfaas = int(prfaas.instances) if prfaas is not None else 0
-    prfaas_profile = (
-        build_profile(cfg.model, prfaas.hardware, gpus_per_instance=prfaas.gpus_per_instance)
-        if prfaas is not None
-        else None
-    )
+    prfaas_profile = inputs.remote
     rdma = Link(clock, float(local.rdma_gbps) * local.instances, per_connection_gbps=float(local.rdma_gbps),
                 name="rdma")
     deployment = Deployment(
@@ -152,7 +150,7 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         prefix_cache=bool(cfg.cache.enabled),
         exact_state_match=bool(cfg.cache.exact_state_match),
         max_batch_tokens=dep.prefill_max_batch_tokens,
-        decode_step_s=dep.decode_step_s,
+        decode_step_s=inputs.decode_step_override_s,
         mode=mode,
     )
     if hasattr(router, "set_replanner") and prfaas is not None:

@@ -7,6 +7,14 @@ arrives mid-step joins at the next step boundary.
 
 Token accounting: the first output token comes out of the prefill and is emitted when the
 request joins the batch; the remaining `output_tokens - 1` come one per decode step.
+
+Context grows as tokens are produced: a sequence holds input + tokens produced so far, so each step
+of an n-sequence batch adds n tokens to what the next step reads. Still one event per membership
+change: over an interval of K steps to the next finish the step time is taken at the interval's
+mean context (context now + n (K - 1) / 2), which makes the interval's total exactly the sum of its
+steps for a step linear in the context (linear and memory-bound roofline decode). A join or finish
+inside the interval rebases at the step reached, so the error is bounded by one interval's context
+growth times the per-token cost of the step.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ class DecodeInstance:
         self._step = 0  # index of the last step boundary we rebased on
         self._step_t = 0.0  # time of that boundary
         self._dt = 0.0  # current step time
-        self._context_tokens = 0
+        self._context_tokens = 0.0  # context held by the batch at step `_step` (inputs + tokens produced)
         self.reserved = 0  # requests admitted or about to join at the next boundary
         self.kv_bytes_used = 0.0
         self._timer: Timer | None = None
@@ -87,16 +95,23 @@ class DecodeInstance:
         return min(job.request.output_tokens, 1 + max(0, steps - join))
 
     # -- stepping -----------------------------------------------------------------------------
-    def _step_time(self) -> float:
+    def _step_time(self, steps: int) -> float:
+        """Step time over the next `steps` steps: the step at the interval's mean context."""
         if self._fixed_step_s is not None:
             return self._fixed_step_s
-        return self.profile.decode_step_s(len(self._ends), self._context_tokens)
+        n = len(self._ends)
+        return self.profile.decode_step_s(n, self._context_tokens + n * (steps - 1) / 2.0)
+
+    def _advance(self, k: int) -> None:
+        """k steps done: every running sequence produced k tokens."""
+        self._step += k
+        self._context_tokens += len(self._ends) * k
 
     def _rebase(self, now: float) -> None:
         """Move the step origin to the latest boundary at or before `now`."""
         if self._ends and self._dt > 0:
             k = math.floor((now - self._step_t) / self._dt + _EPS)
-            self._step += k
+            self._advance(k)
             self._step_t += k * self._dt
         else:
             self._step_t = now
@@ -132,7 +147,7 @@ class DecodeInstance:
             return
         req = job.request
         job.join_step = self._step
-        self._context_tokens += req.input_tokens + req.output_tokens // 2
+        self._context_tokens += req.input_tokens + 1
         heapq.heappush(self._ends, (self._step + remaining, self._seq, job))
         self._seq += 1
         self._reschedule()
@@ -147,21 +162,22 @@ class DecodeInstance:
             self._timer = None
         if not self._ends:
             return
-        self._dt = self._step_time()
         end_step = self._ends[0][0]
+        self._dt = self._step_time(end_step - self._step)
         self._timer = self.clock.call_at(self._step_t + (end_step - self._step) * self._dt, self._complete)
 
     def _complete(self) -> None:
         self._timer = None
         now = self.clock.now()
         end_step = self._ends[0][0]
-        self._step, self._step_t = end_step, now
+        self._advance(end_step - self._step)
+        self._step_t = now
         finished = []
         while self._ends and self._ends[0][0] <= end_step:
             finished.append(heapq.heappop(self._ends)[2])
         for job in finished:
             req = job.request
-            self._context_tokens -= req.input_tokens + req.output_tokens // 2
+            self._context_tokens -= req.input_tokens + req.output_tokens
             self._release(job)
         self._reschedule()
         for job in finished:

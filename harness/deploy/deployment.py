@@ -187,6 +187,8 @@ class Deployment:
         self.draining: list[_Drain] = []
         self.roles_log: list[tuple[float, int, int]] = [(clock.now(), n_prefill, n_decode)]
         self.waiting: deque[Job] = deque()
+        self.blocked: deque[Job] = deque()  # KV ready but the landing buffer (decode-side memory) is full
+        self.landed_bytes = 0.0  # KV landed on the decode side, waiting for a slot
         self.in_flight: dict[int, Job] = {}
         self.records: list[dict] = []
         self.keep_records = True  # False: records go to on_record only (a long-running server's sink)
@@ -247,7 +249,9 @@ class Deployment:
         job.cached_tokens = look.usable_tokens
         job.cache_hit_tokens = look.hit_tokens
         job.cached_local_tokens = looks[LOCAL].usable_tokens
-        instance = self._choose_instance(cluster, look)
+        instance = self._choose_instance(cluster, look, request.input_tokens)
+        if look.pending_owner is not None and instance.name != look.pending_owner:
+            job.cached_tokens = look.ready_tokens  # elsewhere only the computed part of the prefix helps
         for observe in self.observers:
             observe(job)
         if look is not _NO_CACHE:
@@ -260,13 +264,22 @@ class Deployment:
         else:
             instance.submit(job)
 
-    def _choose_instance(self, cluster: str, look: Lookup) -> PrefillInstance:
-        """Cache-affine when the matched prefix is still being computed, else least loaded."""
+    def _choose_instance(self, cluster: str, look: Lookup, input_tokens: int = 0) -> PrefillInstance:
+        """Earliest finish: the instance computing the matched prefix (it skips the pending part too)
+        unless the least-loaded one, skipping only the computed part, would finish sooner."""
+        least = self.least_loaded[cluster].least_loaded()
         if look.pending_owner is not None:
             for instance in self.prefill[cluster]:
                 if instance.name == look.pending_owner:
-                    return instance
-        return self.least_loaded[cluster].least_loaded()
+                    if instance is least:
+                        return instance
+                    profile, total = self.profiles[cluster], input_tokens
+                    owner_done = instance.backlog_s() + profile.prefill_s(max(total - look.usable_tokens, 0),
+                                                                          look.usable_tokens)
+                    other_done = least.backlog_s() + profile.prefill_s(max(total - look.ready_tokens, 0),
+                                                                       look.ready_tokens)
+                    return instance if owner_done <= other_done else least
+        return least
 
     def _fetch_then_prefill(self, job: Job, source: str, tokens: int, instance: PrefillInstance) -> None:
         """Cross-cluster cache transfer: move the longer prefix (KV + state) to the computing cluster."""
@@ -341,11 +354,37 @@ class Deployment:
     # -- decode -------------------------------------------------------------------------------
     def _kv_ready(self, job: Job) -> None:
         job.kv_ready_s = self.clock.now()
-        self.waiting.append(job)
+        if self.blocked or not self._landing_fits(job):
+            self.blocked.append(job)  # landing buffer full: the KV stays on its prefill instance, which holds
+            self._prefill_of(job, hold=True)
+            return
+        self._land(job)
         self._dispatch()
+
+    # Landing buffer: KV waiting for a decode slot occupies the decode side's free KV memory; when that
+    # is full the KV stays where it was computed and its prefill instance starts nothing new.
+    def _landing_fits(self, job: Job) -> bool:
+        if not self.decode or any(d.kv_capacity_bytes is None for d in self.decode):
+            return True
+        free = sum(d.kv_capacity_bytes - d.kv_bytes_used for d in self.decode)
+        return self.landed_bytes + self.decode[0].kv_need(job) <= free
+
+    def _land(self, job: Job) -> None:
+        self.landed_bytes += self.decode[0].kv_need(job) if self.decode else 0.0
+        self.waiting.append(job)
+
+    def _prefill_of(self, job: Job, hold: bool) -> None:
+        for instance in self.prefill.get(job.route or "", []):
+            if instance.name == job.prefill_instance:
+                instance.hold() if hold else instance.release()
+                return
 
     def _dispatch(self) -> None:
         """FIFO into the decode instance with the fewest requests that can take the head of the line."""
+        while self.blocked and self._landing_fits(self.blocked[0]):
+            job = self.blocked.popleft()
+            self._land(job)
+            self._prefill_of(job, hold=False)
         while self.waiting and self.decode:
             job = self.waiting[0]
             best = min(self.decode, key=_reserved)
@@ -355,6 +394,7 @@ class Deployment:
                     return
                 best = min(candidates, key=_reserved)
             self.waiting.popleft()
+            self.landed_bytes = max(0.0, self.landed_bytes - best.kv_need(job))
             best.admit(job)
 
     def _on_first_token(self, job: Job) -> None:

@@ -38,6 +38,7 @@ class PrefillInstance:
         self._busy_until = 0.0
         self.busy_s = 0.0  # accumulated service time, for utilisation
         self._base_s = profile.prefill_s(0, 0)
+        self.holds = 0  # finished requests whose KV has not landed on the decode side (it fills this HBM)
         self.on_change: Callable[[PrefillInstance], None] | None = None  # free_at moved
         self.version = 0  # bumped on every change of free_at the deployment is told about
 
@@ -88,8 +89,20 @@ class PrefillInstance:
                 batch.append(self.queue.popleft())
         return batch
 
+    def hold(self) -> None:
+        """A finished request's KV cannot land (the decode side is full): start nothing new until released."""
+        self.holds += 1
+
+    def release(self) -> None:
+        self.holds -= 1
+        if self.holds == 0 and not self.running:
+            if self._busy_until < self.clock.now():
+                self._busy_until = self.clock.now()
+            self._start_next()
+            self._changed()
+
     def _start_next(self) -> None:
-        if not self.queue:
+        if not self.queue or self.holds > 0:
             return
         batch = self._take_batch()
         now = self.clock.now()

@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.costmodel import InstanceProfile, build_profile
+from harness.costmodel import InstanceProfile
 from harness.costmodel.nodes import integer, number, plain
 from harness.errors import InputError
 from harness.planner.distribution import LengthDistribution
+from harness.planner.inputs import SharedInputs, shared_inputs
 from harness.planner.result import Plan
-from harness.planner.search import SERVICE_TIMES, Stages, best_index, evaluate
+from harness.planner.search import Stages, best_index, evaluate
 
 
 def _splits(local: dict[str, Any], n_local: int, has_remote: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -68,8 +69,15 @@ def _thresholds(dep: dict[str, Any], planner: dict[str, Any], has_remote: bool, 
 
 
 def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_cfg: Any, values: np.ndarray,
-                    weights: np.ndarray, mean_output_tokens: float) -> Plan:
-    """Plan one deployment for the uncached-length distribution (values, weights) and mean output length."""
+                    weights: np.ndarray, mean_output_tokens: float, inputs: SharedInputs | None = None,
+                    mean_context_tokens: float | None = None) -> Plan:
+    """Plan one deployment for the uncached-length distribution (values, weights) and mean output length.
+
+    `inputs` (profiles, SLO, service-time mode, decode step) are the ones the emulator runs with when
+    it asks; built from the configs otherwise. `mean_context_tokens` is the mean prompt a decode
+    sequence holds (default: the mean of `values`); the decode step of Eq. 5 is evaluated at it plus
+    half the output, the mean context a sequence reads over its decode.
+    """
     dep = plain(deployment_cfg, "deployment")
     planner = plain(planner_cfg, "planner")
     name = str(dep.get("name", "deployment"))
@@ -77,31 +85,23 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     if not local:
         raise InputError(f"deployment {name}: `local` cluster is missing")
     n_local = integer(local, "instances", "deployment.local", minimum=1)
-    gpus_local = integer(local, "gpus_per_instance", "deployment.local", minimum=1)
     remote_cfg = dep.get("prfaas")
-    service_time = planner.get("service_time", "representative")
-    if service_time not in SERVICE_TIMES:
-        raise InputError(f"planner.service_time must be one of {', '.join(SERVICE_TIMES)}, got {service_time!r}")
     l_out = number({"mean_output_tokens": mean_output_tokens}, "mean_output_tokens", "workload", minimum=0,
                    exclusive=True)
-    slo = number(planner, "slo_tokens_per_s", "planner", minimum=0, exclusive=True, default=40.0)
-
-    local_prof = build_profile(model_cfg, local.get("hardware"), gpus_per_instance=gpus_local, slo_tokens_per_s=slo)
-    remote_prof: InstanceProfile | None = None
+    if inputs is None:
+        inputs = shared_inputs(dep, model_cfg, planner)
+    service_time, slo = inputs.service_time, inputs.slo_tokens_per_s
+    local_prof, remote_prof = inputs.local, inputs.remote if remote_cfg is not None else None
     n_prfaas, link_gbps = 0, None
-    if remote_cfg is not None:
+    if remote_prof is not None:
         n_prfaas = integer(remote_cfg, "instances", "deployment.prfaas", minimum=1)
-        gpus_remote = integer(remote_cfg, "gpus_per_instance", "deployment.prfaas", minimum=1)
-        remote_prof = build_profile(model_cfg, remote_cfg.get("hardware"), gpus_per_instance=gpus_remote,
-                                    slo_tokens_per_s=slo)
         link_gbps = number(plain(link_cfg, "link"), "capacity_gbps", "link", minimum=0, exclusive=True)
-
-    override = dep.get("decode_step_s")
-    t_decode = (number(dep, "decode_step_s", "deployment", minimum=0, exclusive=True) if override is not None
-                else local_prof.t_decode_s)
     if local_prof.bs_max < 1:
         raise InputError(f"no feasible configuration: a decode instance of {_describe(local_prof)} cannot hold "
                          f"one sequence within the {slo:g} tok/s SLO and its KV memory")
+    dist = LengthDistribution(values, weights)
+    context = (dist.mean if mean_context_tokens is None else float(mean_context_tokens)) + l_out / 2.0
+    t_decode = inputs.t_decode_s(context)
 
     n_p, n_d = _splits(local, n_local, remote_prof is not None)
     all_remote = remote_prof is not None and int(n_p.max()) == 0
@@ -109,7 +109,6 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     stages = Stages(local=local_prof, remote=remote_prof, n_prfaas=n_prfaas,
                     link_bytes_per_s=None if link_gbps is None else link_gbps * 1e9 / 8.0,
                     t_decode_s=t_decode, bs_max=local_prof.bs_max, mean_output_tokens=l_out)
-    dist = LengthDistribution(values, weights)
     grid = evaluate(dist, stages, thresholds, n_p, n_d, service_time)
     try:
         i, j = best_index(grid, float(planner.get("tie_rel_tol", 1e-9)))
@@ -120,7 +119,8 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
         n_prfaas=n_prfaas, n_local=n_local, threshold_applies=applies, link_gbps=link_gbps,
         price_prfaas=remote_prof.price_per_instance if remote_prof is not None else 0.0,
         price_local=local_prof.price_per_instance, bs_max=local_prof.bs_max, t_decode_s=t_decode,
-        mean_output_tokens=l_out, notes=notes,
+        mean_output_tokens=l_out, notes=notes, slo_tokens_per_s=slo, decode_context_tokens=context,
+        decode_step=None if inputs.decode_step_override_s is not None else local_prof.decode_step_s,
     )
 
 

@@ -34,6 +34,39 @@ class Plan:
     t_decode_s: float
     mean_output_tokens: float
     notes: list[str] = field(default_factory=list)
+    slo_tokens_per_s: float = 40.0
+    decode_context_tokens: float | None = None  # mean context per decoding sequence (Eq. 5's step is taken there)
+    decode_step: Any = field(default=None, repr=False)  # (batch, context tokens) -> s; None: constant t_decode_s
+
+    def decode_batch(self, rate_rps: float) -> float:
+        """Mean sequences per decode instance at an offered rate (Little's law, n = a * L_out * step(n)).
+
+        Each of the N_d instances gets rate / N_d requests/s, each holding a slot for L_out steps:
+        n = a * L_out * step(n), solved by fixed-point iteration (step grows with n, so n is the
+        least fixed point), capped at BS_max (beyond it requests wait for a slot instead).
+        """
+        a = max(float(rate_rps), 0.0) / max(self.n_decode, 1) * self.mean_output_tokens
+        ctx = self.decode_context_tokens or 0.0
+        n = 0.0
+        for _ in range(200):
+            step = self._step(max(n, 1.0), ctx)
+            new = min(a * step, float(self.bs_max))
+            if abs(new - n) < 1e-9:
+                break
+            n = new
+        return n
+
+    def _step(self, batch: float, ctx: float) -> float:
+        if self.decode_step is None:
+            return self.t_decode_s
+        lo = int(batch)
+        s_lo = self.decode_step(max(lo, 1), max(lo, 1) * ctx)
+        s_hi = self.decode_step(lo + 1, (lo + 1) * ctx)
+        return s_lo + (batch - lo) * (s_hi - s_lo) if lo >= 1 else s_lo
+
+    def tpot_s(self, rate_rps: float) -> float:
+        """Predicted mean time per output token at an offered rate: the step at the mean batch."""
+        return self._step(max(self.decode_batch(rate_rps), 1.0), self.decode_context_tokens or 0.0)
 
     # -- the chosen point ------------------------------------------------------------------------
     @property
@@ -117,6 +150,9 @@ class Plan:
             "link_capacity_gbps": self.link_gbps if self.n_prfaas > 0 else None,
             "bs_max": self.bs_max,
             "t_decode_s": self.t_decode_s,
+            "slo_tokens_per_s": self.slo_tokens_per_s,
+            "decode_context_tokens": _num(self.decode_context_tokens) if self.decode_context_tokens else None,
+            "tpot_at_half_capacity_s": self.tpot_s(0.5 * lam),
             "mean_output_tokens": self.mean_output_tokens,
             "price": price,
             "cost_normalised": lam / price if price > 0 else None,

@@ -21,7 +21,7 @@ class ProjectionConfig:
 class PlannerConfig:
     grid_step_tokens: int = 256
     t_max_tokens: int = 131072
-    service_time: str = "representative"  # representative (paper: T(l_long)) | expected (E[T(L)|L>t])
+    service_time: str = "expected"  # expected (E[T(L)|L>t], what a queue sees) | representative (paper: T(l_long))
     slo_tokens_per_s: float = 40.0
     tie_rel_tol: float = 1e-9
     deployments: list[str] = field(default_factory=lambda: ["homogeneous_pd", "naive_hetero", "prfaas_pd"])

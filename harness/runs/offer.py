@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from harness.deploy.capacity import saturation_in_flight
 from harness.errors import require
 from harness.loadgen.ramp import apply_ramp
 from harness.loadgen.settings import lg_get
@@ -25,6 +26,7 @@ class Offer:
     concurrency: int | None  # None: open loop
     offered_rps: float  # the rate asked for (or the trace's own); NaN for closed loops without one
     max_duration_s: float | None  # stop offering new requests after this much run time
+    saturate: bool = False  # rate_rps=inf: a capacity run (closed loop sized from the planner)
 
 
 def offered_rate(requests: list[Request], rate_rps: float | None, concurrency: int | None) -> float:
@@ -45,10 +47,11 @@ def make_offer(cfg: Any) -> Offer:
             f"loadgen.concurrency must be >= 1 (or null for open loop), got {lg.concurrency}")
     require(lg.warmup_s >= 0, f"loadgen.warmup_s must be >= 0, got {lg.warmup_s}")
     saturate = lg.rate_rps is not None and math.isinf(lg.rate_rps)
-    concurrency = int(lg.saturation_in_flight) if saturate else lg.concurrency
+    concurrency = saturation_in_flight(cfg) if saturate else lg.concurrency
     concurrency = int(concurrency) if concurrency is not None else None
     requests = build_workload(cfg.workload, rate_rps=None if saturate else lg.rate_rps)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
     requests = apply_ramp(requests, lg_get(cfg, "ramp_up_s"), lg_get(cfg, "ramp_up_start_fraction", 0.0),
                           lg_get(cfg, "ramp_up_strategy", "linear"))
-    return Offer(requests, concurrency, offered_rate(requests, lg.rate_rps, concurrency), lg.max_duration_s)
+    return Offer(requests, concurrency, offered_rate(requests, lg.rate_rps, concurrency), lg.max_duration_s,
+                 saturate)

@@ -23,6 +23,7 @@ from harness.analysis.frames import requests_frame
 from harness.analysis.timeseries import build_timeseries
 from harness.clock import VirtualClock
 from harness.deploy.build import build
+from harness.deploy.capacity import offer_saturation, saturation_meta
 from harness.runs.offer import make_offer
 from harness.runs.recording import RecordStream, stop_on_signals, streams_from
 from harness.workload.request import Request
@@ -100,7 +101,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     deployment.on_record = on_record
     stop_s = offer.max_duration_s
     if concurrency is not None:
-        _offer_closed_loop(clock, deployment, requests, int(concurrency), stop_s)
+        closed_loop = offer_saturation if offer.saturate else _offer_closed_loop
+        closed_loop(clock, deployment, requests, int(concurrency), stop_s)
     else:
         _offer_open_loop(clock, deployment, requests, stop_s)
     interrupted = False
@@ -148,4 +150,6 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
+    if offer.saturate:
+        meta["saturation"] = saturation_meta(cfg, frame, timeseries, built.plan, int(concurrency or 0))
     return RunResult(frame, timeseries, meta, streams)

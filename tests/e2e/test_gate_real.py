@@ -41,6 +41,10 @@ def test_paper_case_gate_passes_on_the_real_ci_suite(good):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert failed_lines(proc.stdout) == []
     assert "gate paper_case: 13/13 checks passed" in proc.stdout
+    # Predictions are shown apart from invariants (checks that hold whatever the numbers).
+    assert "by kind: prediction 7/7, invariant 6/6 passed" in proc.stdout
+    kinds = [line.split()[1] for line in proc.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert kinds == sorted(kinds, key=["prediction", "calibration", "invariant"].index)
 
 
 def test_everything_remote_prfaas_fails_the_gate_with_exit_1_and_names_the_checks(good, tmp_path):

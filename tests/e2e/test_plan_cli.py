@@ -21,9 +21,21 @@ def run_plan(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def paper_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("plan")
-    proc = run_plan(run_dir)
+    proc = run_plan(run_dir, "planner.service_time=representative")  # Table 6 is the paper's formula
     assert proc.returncode == 0, proc.stderr
     return run_dir, proc.stdout, json.loads((run_dir / "plan.json").read_text())
+
+
+def test_the_default_plan_carries_the_paper_formula_beside_it(paper_run, tmp_path):
+    """Default: expected service times (what a queue sees, what the emulator runs), with the paper's
+    representative-length plan alongside as representative_* keys (what the Table 6 gate reads)."""
+    proc = run_plan(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc, paper = json.loads((tmp_path / "plan.json").read_text()), paper_run[2]
+    for name in ("homogeneous_pd", "naive_hetero", "prfaas_pd"):
+        assert doc[name]["service_time"] == "expected"
+        assert doc[name]["representative_lambda_max_rps"] == pytest.approx(paper[name]["lambda_max_rps"])
+        assert doc[name]["lambda_max_rps"] < paper[name]["lambda_max_rps"]  # Jensen's gap
 
 
 def test_table6_targets(paper_run):

@@ -54,6 +54,7 @@ def test_inferred_h20_curve(internal, tokens, seconds):
     """paper-facts 12.6 lists the inferred H20 curve's values (2-3 significant digits)."""
     assert internal["h20"].prefill_s(tokens) == pytest.approx(seconds, abs=0.05)
     assert "INFERRED" in internal["h20"].provenance["prefill_s"]
+    assert "fitted to Table 6" in internal["h20"].provenance["prefill_s"]  # calibration, said where it lives
 
 
 def test_inferred_h20_decode_is_the_slo_constant(internal):

@@ -63,7 +63,7 @@ def test_longer_outputs_lower_the_decode_bound_and_shift_instances_to_decode(pla
 def test_expected_service_times_are_slower_than_representative_ones(plan):
     """T is convex in l, so E[T(L)] > T(E[L]) (Jensen): every prefill bound, and Lambda, drop."""
     for dep in ("homogeneous_pd", "naive_hetero", "prfaas_pd"):
-        rep = plan([f"deployment={dep}"])
+        rep = plan([f"deployment={dep}"], {"planner.service_time": "representative"})
         exp = plan([f"deployment={dep}"], {"planner.service_time": "expected"})
         assert exp["lambda_max_rps"] < rep["lambda_max_rps"]
 

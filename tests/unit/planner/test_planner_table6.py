@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+PAPER_FORMULA = {"planner.service_time": "representative"}  # Table 6 is the paper's formula: set it explicitly
+
 
 @pytest.fixture(scope="module")
 def plans(plan):
-    return {dep: plan([f"deployment={dep}"]) for dep in ("homogeneous_pd", "naive_hetero", "prfaas_pd")}
+    return {dep: plan([f"deployment={dep}"], PAPER_FORMULA) for dep in ("homogeneous_pd", "naive_hetero", "prfaas_pd")}
 
 
 def test_prfaas_pd_configuration(plans):
@@ -61,7 +63,9 @@ def test_ratios(plans):
 
 
 def test_equal_cost_gain(plans):
-    """~15% more throughput at equal cost, with one H200 priced ~2x one H20."""
+    """CALIBRATION, not a prediction: ~15% more throughput at equal cost. The H200 = 2x H20 price
+    (conf/hardware/h200.yaml, [I]) was itself fitted to this ~15%, so this only checks that the fit
+    still holds (e.g. after a change to the H20 curve or the planner)."""
     gain = plans["prfaas_pd"]["cost_normalised"] / plans["homogeneous_pd"]["cost_normalised"]
     assert gain == pytest.approx(1.15, abs=0.05)
 

@@ -1,0 +1,192 @@
+"""Capacity runs without a hidden knob: how many requests a saturation run keeps in flight, and
+whether every pool the planner expects to be the bottleneck was in fact kept busy.
+
+`loadgen.rate_rps=inf` measures capacity with a closed loop. Too few requests in flight and the
+bottleneck pool idles (capacity reads low); far too many and the run is mostly fill and drain. The
+in-flight count is sized from the planner by Little's law: at Lambda_max a request spends about
+E[T_prefill] + L_out x T_decode in the system without queueing, so Lambda_max times that many are
+busy; `loadgen.saturation_headroom` (default 2) times it leaves a queue in front of the bottleneck.
+`loadgen.saturation_in_flight` set to a number overrides it (the summary says which was used).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import InputError, require
+
+DEFAULT_HEADROOM = 2.0
+URL_DEFAULT_IN_FLIGHT = 256  # an external engine: the planner does not know it
+STARVED_UTIL = 0.9  # a bottleneck pool less busy than this in the steady window was starved
+BOTTLENECK_UTIL = 0.95  # planner utilisation at Lambda_max from which a pool counts as a bottleneck
+_POOLS = {"pd_p": "util_prefill_local", "prfaas": "util_prefill_prfaas", "pd_d": "util_decode"}
+
+
+def little_in_flight(plan: dict[str, Any], headroom: float = DEFAULT_HEADROOM) -> int:
+    """headroom x Lambda_max x (E[T_prefill] + L_out x T_decode), at least one per prefill instance
+    plus every decode slot the planner's Lambda needs."""
+    require(headroom >= 1.0, f"loadgen.saturation_headroom must be >= 1, got {headroom}")
+    lam = float(plan["lambda_max_rps"])
+    p = float(plan.get("offload_fraction") or 0.0)
+    t_long = plan.get("t_prefill_long_s") or 0.0
+    t_short = plan.get("t_prefill_short_s") or 0.0
+    t_prefill = p * float(t_long) + (1.0 - p) * float(t_short)
+    t_decode = float(plan["t_decode_s"]) * float(plan["mean_output_tokens"])
+    busy = lam * (t_prefill + t_decode)
+    floor = int(plan.get("n_prfaas") or 0) + int(plan.get("n_prefill") or 0) + 1
+    return max(floor, math.ceil(headroom * busy))
+
+
+def saturation_in_flight(cfg: Any, plan: dict[str, Any] | None = None) -> int:
+    """The in-flight count of a saturation run: `loadgen.saturation_in_flight` if given, else sized
+    from the planner's answer for this deployment and workload (planned here if not passed)."""
+    lg = cfg.loadgen
+    given = lg.get("saturation_in_flight")
+    if given is not None:
+        require(int(given) >= 1, f"loadgen.saturation_in_flight must be >= 1 (or null: sized from the planner), "
+                                 f"got {given}")
+        return int(given)
+    if cfg.get("mode") == "url":
+        return URL_DEFAULT_IN_FLIGHT
+    if plan is None:
+        from harness.deploy.build import make_plan
+
+        try:
+            plan = make_plan(cfg)
+        except InputError as err:
+            raise InputError(f"loadgen.saturation_in_flight is null (size it from the planner) but the planner "
+                             f"has no answer for this deployment ({err}); set loadgen.saturation_in_flight=N") from err
+    headroom = lg.get("saturation_headroom")
+    return little_in_flight(plan, DEFAULT_HEADROOM if headroom is None else float(headroom))
+
+
+def saturation_meta(cfg: Any, frame: pd.DataFrame, timeseries: pd.DataFrame, plan: dict[str, Any] | None,
+                    in_flight: int) -> dict[str, Any]:
+    """What a saturation run reports (summary keys `saturation_*`): the in-flight count, where it came
+    from, each pool's utilisation over the steady window and a starvation warning."""
+    given = cfg.loadgen.get("saturation_in_flight")
+    headroom = cfg.loadgen.get("saturation_headroom")
+    source = "given" if given is not None else f"planner (Little's law x {headroom or DEFAULT_HEADROOM:g})"
+    if given is None and cfg.get("mode") == "url":
+        source = f"default for url targets ({URL_DEFAULT_IN_FLIGHT})"
+    arrivals = frame["arrival_s"].to_numpy(dtype=float) if "arrival_s" in frame.columns else np.array([])
+    arrivals = arrivals[np.isfinite(arrivals)]
+    start = end = math.nan
+    if arrivals.size:
+        first, last = float(arrivals.min()), float(arrivals.max())
+        warmup = float(cfg.analysis.get("warmup_fraction", 0.0) or 0.0)
+        start, end = first + warmup * (last - first), last
+    meta = {"in_flight": in_flight, "in_flight_source": source}
+    meta.update({k.removeprefix("saturation_"): v for k, v in starvation(timeseries, plan, start, end).items()})
+    return meta
+
+
+def starvation(timeseries: pd.DataFrame, plan: dict[str, Any] | None, start_s: float, end_s: float) -> dict[str, Any]:
+    """Each pool's mean utilisation in [start_s, end_s] and a warning naming every pool the planner
+    expects to be a bottleneck (utilisation >= 0.95 at Lambda_max) that was less than 90% busy."""
+    out: dict[str, Any] = {}
+    if timeseries is None or timeseries.empty or "t_s" not in timeseries.columns:
+        return out
+    t = timeseries["t_s"].to_numpy(dtype=float)
+    win = timeseries[(t >= start_s) & (t < end_s)] if end_s > start_s else timeseries
+    expected = (plan or {}).get("utilisation") or {}
+    bottlenecks: list[tuple[str, float]] = []
+    for pool, column in _POOLS.items():
+        if column not in win.columns:
+            continue
+        planned = expected.get(pool)
+        if plan is not None and planned is None:  # the pool gets no traffic (or does not exist)
+            out[f"saturation_util_{pool}"] = math.nan
+            continue
+        values = win[column].to_numpy(dtype=float, na_value=np.nan)
+        util = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+        out[f"saturation_util_{pool}"] = util
+        if planned is not None and planned >= BOTTLENECK_UTIL and math.isfinite(util):
+            bottlenecks.append((pool, util))
+    # Starved: no pool the planner expects to be a bottleneck was kept busy. (One busy bottleneck and
+    # an idle other one is the workload's mix at this threshold, not the loop's doing.)
+    starved = bool(bottlenecks) and max(u for _, u in bottlenecks) < STARVED_UTIL
+    out["saturation_warning"] = (
+        f"starved: {', '.join(f'{p} {u:.0%} busy' for p, u in bottlenecks)} (bottlenecks at the planner's "
+        f"Lambda_max); raise loadgen.saturation_in_flight" if starved else "")
+    return out
+
+
+def predecessors(requests: list, block_tokens: int = 512) -> dict[int, int]:
+    """request id -> id of the earlier request it continues: the latest earlier request of its session,
+    else the one whose whole prompt (up to its last full block; hash ids are prefix-chained) its own
+    prompt starts with, linked to the first later request that does so (so a shared system prompt
+    links one request, not every one)."""
+    pred: dict[int, int] = {}
+    last_of_session: dict[object, int] = {}
+    open_prompt: dict[tuple[int, object], int] = {}  # (position, block id) of a prompt's end -> its request
+    for request in requests:
+        rid = request.request_id
+        session = getattr(request, "session_id", None)
+        if session is not None:
+            if session in last_of_session:
+                pred[rid] = last_of_session[session]
+            last_of_session[session] = rid
+        hash_ids = getattr(request, "hash_ids", None) or ()
+        if session is None:
+            for pos, h in enumerate(hash_ids):
+                i = open_prompt.pop((pos, h), None)
+                if i is not None:
+                    pred[rid] = i  # the longest match wins (later positions overwrite)
+        n_full = min(len(hash_ids), int(request.input_tokens) // block_tokens)
+        if n_full >= 1:
+            open_prompt[(n_full - 1, hash_ids[n_full - 1])] = rid
+    return pred
+
+
+def offer_saturation(clock, deployment, requests: list, in_flight: int, stop_s: float | None) -> None:
+    """Closed loop for a saturation run: `in_flight` requests kept in flight, each completion sends
+    the next, in trace order, but never a turn before the turn it continues has completed (a user
+    sends the next turn after the answer; `predecessors`). Without that rule a large in-flight count
+    sends later turns before their prefix exists, and capacity falls with the knob as the cache stops
+    helping. A request that must wait goes, ahead of later ones, when its predecessor completes."""
+    import dataclasses
+
+    pred = predecessors(requests, int(getattr(deployment, "block_tokens", 512) or 512))
+    it = iter(requests)
+    done: set[int] = set()
+    waiting_on: dict[int, list] = {}  # request id -> requests waiting for it to complete (trace order)
+    ready: list = []  # requests free to go, before any new one (trace order)
+
+    def next_request():
+        if ready:
+            return ready.pop(0)
+        for request in it:
+            before = pred.get(request.request_id)
+            if before is None or before in done:
+                return request
+            waiting_on.setdefault(before, []).append(request)
+        return None
+
+    def send() -> None:
+        if stop_s is not None and clock.now() > stop_s:
+            return
+        request = next_request()
+        if request is not None:
+            deployment.submit(dataclasses.replace(request, arrival_s=clock.now()))
+
+    previous = deployment.on_record
+
+    def on_record(record: dict) -> None:
+        if previous is not None:
+            previous(record)
+        rid = int(record["request_id"])
+        done.add(rid)
+        freed = waiting_on.pop(rid, None)
+        if freed:
+            ready.extend(freed)
+            ready.sort(key=lambda r: r.request_id)
+        send()
+
+    deployment.on_record = on_record
+    for _ in range(in_flight):
+        clock.call_at(0.0, send)
