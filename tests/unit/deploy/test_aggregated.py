@@ -14,7 +14,7 @@ from harness.deploy.aggregated import AggregatedDeployment, build_aggregated
 from harness.errors import InputError
 from harness.workload.request import Request
 
-HARDWARE = {"name": "cpu", "peak_bf16_flops_per_s": 1e11, "hbm_bandwidth_bytes_per_s": 2e10,
+HARDWARE = {"name": "cpu_local", "peak_bf16_flops_per_s": 1e11, "hbm_bandwidth_bytes_per_s": 2e10,
             "hbm_capacity_bytes": 4e9, "price_per_gpu": 0.0, "memory_utilisation": 0.9, "prefill_mfu": 0.3,
             "prefill_overhead_s": 0.0, "decode_hbm_efficiency": 0.6, "decode_overhead_s": 0.0,
             "decode_reference_context_tokens": 1024}
@@ -25,7 +25,7 @@ MODEL = {"name": "tiny_llama", "family": "dense", "hidden_size": 384, "total_par
          "active_params_b": 0.035, "weight_dtype_bytes": 2.0, "kv_dtype_bytes": 2.0,
          "full_attention": {"layers": 6, "kind": "gqa", "q_heads": 6, "kv_heads": 6, "k_head_dim": 64,
                             "v_head_dim": 64},
-         "profiles": {"cpu": {"gpus_per_instance": 1, "prefill": {"kind": "polynomial", "coefficients": PREFILL},
+         "profiles": {"cpu_local": {"gpus_per_instance": 1, "prefill": {"kind": "polynomial", "coefficients": PREFILL},
                               "decode": DECODE}}}
 
 

@@ -1,0 +1,114 @@
+"""A built-in calibration: probe an engine with designed requests and fit the cost model's forms.
+
+Used when no profile file is given (`experiment.profile=null`); `harness-profile` writes the
+same `profiles.<hardware>` block with more probes and residuals. Probes only, never the validation
+workload: fresh random prompts (no cache hits) at fixed lengths, one in flight, for the prefill
+curve (client TTFT, so the HTTP path is in it as it is in what we later predict); N concurrent
+streams at two prompt lengths for the decode step (time per token while all N decode).
+
+Fits: prefill `T(l) = c0 + c1 l + c2 l^2` (least squares, relative); decode step
+`base_s + per_seq_s * N + per_token_s * context` (least squares). Residuals are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+
+async def _stream(session: aiohttp.ClientSession, url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
+    body = {"model": "engine", "prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
+            "temperature": 0.0}
+    t0 = time.perf_counter()
+    stamps: list[float] = []
+    timings: dict[str, Any] = {}
+    async with session.post(f"{url}/v1/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[5:])
+            if event.get("choices") and event["choices"][0].get("text") is not None:
+                stamps.append(time.perf_counter() - t0)
+            if event.get("timings"):
+                timings = event["timings"]
+    return {"stamps": stamps, "timings": timings}
+
+
+def _prompt(rng: np.random.Generator, n: int) -> list[int]:
+    return rng.integers(1000, 30000, n).tolist()
+
+
+async def _probe(url: str, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
+                 decode_tokens: int, seed: int) -> dict[str, list]:
+    rng = np.random.default_rng(seed)
+    prefill, decode = [], []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await _stream(session, url, _prompt(rng, 64), 4)  # warm-up
+        for _ in range(repeats):
+            for n in lengths:
+                r = await _stream(session, url, _prompt(rng, n), 1)
+                prefill.append({"input_tokens": n, "ttft_s": r["stamps"][0] if r["stamps"] else float("nan"),
+                                "server_prompt_s": r["timings"].get("prompt_ms", float("nan")) / 1e3})
+        for p in decode_prompts:
+            for b in batches:
+                runs = await asyncio.gather(*(_stream(session, url, _prompt(rng, p), decode_tokens) for _ in range(b)))
+                start = max(r["stamps"][0] for r in runs)  # all b streams decoding in [start, end]
+                end = min(r["stamps"][-1] for r in runs)
+                steps = [sum(1 for t in r["stamps"] if start <= t <= end) - 1 for r in runs]
+                if end > start and min(steps) > 4:
+                    decode.append({"batch": b, "prompt_tokens": p, "step_s": (end - start) / float(np.mean(steps)),
+                                   "context_tokens": b * (p + decode_tokens / 2)})
+    return {"prefill": prefill, "decode": decode}
+
+
+def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
+    x = np.array([r["input_tokens"] for r in rows], float)
+    y = np.array([r["ttft_s"] for r in rows], float)
+    ok = np.isfinite(y)
+    x, y = x[ok], y[ok]
+    a = np.vstack([np.ones_like(x), x, x * x]).T / y[:, None]  # relative least squares
+    coef, *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
+    coef = np.maximum(coef, 0.0)
+    rel = (a @ coef) - 1.0
+    return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
+
+
+def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
+    b = np.array([r["batch"] for r in rows], float)
+    c = np.array([r["context_tokens"] for r in rows], float)
+    y = np.array([r["step_s"] for r in rows], float)
+    a = np.vstack([np.ones_like(b), b, c]).T
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    if coef[2] < 0:  # context does not slow the step measurably: drop the term
+        coef2, *_ = np.linalg.lstsq(a[:, :2], y, rcond=None)
+        coef = np.array([coef2[0], coef2[1], 0.0])
+    coef = np.maximum(coef, 0.0)
+    rel = (a @ coef) / y - 1.0
+    return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
+
+
+def calibrate(url: str, *, hardware: str, slots: int, lengths: list[int], repeats: int, batches: list[int],
+              decode_prompts: list[int], decode_tokens: int, seed: int, source: str) -> tuple[dict, dict]:
+    """(profiles block {hardware: {...}}, raw probe data)."""
+    raw = asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed))
+    (c0, c1, c2), pre_rms = _fit_prefill(raw["prefill"])
+    (base, per_seq, per_tok), dec_rms = _fit_decode(raw["decode"])
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    profiles = {hardware: {
+        "gpus_per_instance": 1,
+        "prefill": {"kind": "polynomial", "coefficients": [c0, c1, c2],
+                    "provenance": f"[M] fitted {stamp} to client TTFT of {len(raw['prefill'])} single fresh prompts "
+                                  f"at {lengths} tokens ({source}); relative RMS residual {pre_rms:.3f}"},
+        "decode": {"kind": "linear", "base_s": base, "per_seq_s": per_seq, "per_token_s": per_tok, "bs_max": slots,
+                   "provenance": f"[M] fitted {stamp} to time per token of N={batches} concurrent streams at "
+                                 f"{decode_prompts}-token prompts ({source}); relative RMS residual {dec_rms:.3f}; "
+                                 f"bs_max = the engine's slots"},
+    }}
+    return profiles, raw

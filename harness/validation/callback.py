@@ -1,0 +1,187 @@
+"""`python -m harness -m experiment=validate_engine`: predict a real engine, then measure it.
+
+The suite's jobs are the emulator's runs (sim mode, `deployment=aggregated`), one per load in
+`experiment.load_fraction`; this Hydra callback does the rest around them, in order:
+
+1. start the engine (llama-server built by `make engine`) unless `target.url` names one;
+2. calibration: the profile file `experiment.profile` (e.g. from harness-profile), or else the
+   built-in probe calibration (`calibrate.py`): probe prompts only, never the validation workload;
+   written to `<sweep>/calibration/` with its provenance;
+3. the emulator's capacity on the validation workload (a sim saturation run), so the loads are
+   fractions of what the emulator predicts it can carry;
+4. for each load, before its sim job: the engine at that load (`mode=url`, run directory
+   `<sweep>/engine/load<i>`), so engine and emulator runs interleave;
+5. at the end: `validation.parquet` (load_rps, metric, measured, predicted, rel_error),
+   `validation.json` (the profile, its calibration provenance, capacity, run directories) and
+   `ttft_cdf.png`.
+
+The jobs read the calibrated profile and their rate through two resolvers registered here
+(`${validate_profiles:}`, `${validate_rate:<fraction>}`), set in step 2 and 3.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.errors import InputError
+
+_STATE: dict[str, Any] = {}
+
+
+def _rate(fraction: Any) -> float:
+    if "capacity_rps" not in _STATE:
+        raise InputError("experiment=validate_engine is a suite: run it with -m (python -m harness -m "
+                         "experiment=validate_engine); its rates are fractions of a capacity measured first")
+    return float(float(fraction) * _STATE["capacity_rps"])
+
+
+def _profiles() -> dict:
+    if "profiles" not in _STATE:
+        raise InputError("experiment=validate_engine: no calibrated profile yet (run the suite with -m)")
+    return copy.deepcopy(_STATE["profiles"])
+
+
+def _offset(fraction: Any) -> int:
+    """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
+    return int(round(float(fraction) * 1000)) * 10_000_000
+
+
+for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _fn)
+
+
+def _task_cfg(config: DictConfig) -> DictConfig:
+    cfg = copy.deepcopy(config)
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return cfg
+
+
+class ValidateCallback(Callback):
+    def __init__(self) -> None:
+        self.engine = None
+        self.url = ""
+        self.sweep_dir = Path(".")
+        self.runs: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {}
+
+    # -- before the jobs ----------------------------------------------------------------------
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.validation.engine import EngineProcess, find_engine
+
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        exp = config.experiment
+        self.url = str(config.target.url) if config.target.url else ""
+        if self.url:
+            self.meta["engine"] = {"url": self.url, "started_here": False}
+        else:
+            eng = exp.engine
+            binary, model = find_engine(eng.binary, eng.model, eng.paths_file)
+            self.engine = EngineProcess(binary, model, slots=int(config.deployment.slots),
+                                        context_tokens=int(eng.context_tokens), threads=int(eng.threads),
+                                        batch_tokens=eng.batch_tokens, log_path=self.sweep_dir / "engine.log")
+            self.url = self.engine.start()
+            self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": self.engine.version(),
+                                   "command": " ".join(self.engine.command(0)).replace("--port 0", "--port <free>"),
+                                   "started_here": True}
+        print(f"engine at {self.url}", flush=True)
+        self._calibrate(config)
+        self._capacity(config)
+
+    def _calibrate(self, config: DictConfig) -> None:
+        exp = config.experiment
+        hw = str(config.deployment.hardware.name)
+        out = self.sweep_dir / "calibration"
+        out.mkdir(exist_ok=True)
+        if exp.profile:
+            path = Path(str(exp.profile))
+            if not path.is_file():
+                raise InputError(f"experiment.profile={path}: no such file (a model YAML with profiles.{hw})")
+            node = yaml.safe_load(path.read_text()) or {}
+            profiles = node.get("profiles") or {}
+            if hw not in profiles:
+                raise InputError(f"experiment.profile={path}: no profiles.{hw} block; it has {sorted(profiles)}")
+            self.meta["calibration"] = {"source": "profile file", "profile_file": str(path.resolve()),
+                                        "provenance": {k: profiles[hw].get(k, {}).get("provenance", "")
+                                                       for k in ("prefill", "decode")}}
+            _STATE["profiles"] = {hw: profiles[hw]}
+        else:
+            from harness.validation.calibrate import calibrate
+
+            cal = exp.calibration
+            t0 = time.monotonic()
+            profiles, raw = calibrate(self.url, hardware=hw, slots=int(config.deployment.slots),
+                                      lengths=list(cal.lengths), repeats=int(cal.repeats), batches=list(cal.batches),
+                                      decode_prompts=list(cal.decode_prompts), decode_tokens=int(cal.decode_tokens),
+                                      seed=int(cal.seed), source=f"llama-server at {self.url}")
+            (out / "probes.json").write_text(json.dumps(raw, indent=1))
+            self.meta["calibration"] = {"source": "built-in probes (harness/validation/calibrate.py)",
+                                        "probe_lengths": list(cal.lengths), "decode_batches": list(cal.batches),
+                                        "decode_prompt_tokens": list(cal.decode_prompts), "wall_s": time.monotonic() - t0,
+                                        "validation_workload_used": False}
+            _STATE["profiles"] = profiles
+        profile_file = out / "profile.yaml"
+        profile_file.write_text(yaml.safe_dump({"profiles": _STATE["profiles"]}, sort_keys=False))
+        self.meta["profile_file"] = str(profile_file)
+        self.meta["profiles"] = _STATE["profiles"]
+
+    def _capacity(self, config: DictConfig) -> None:
+        from harness.sim import run_sim
+
+        cfg = _task_cfg(config)
+        with open_dict(cfg):
+            cfg.loadgen.rate_rps = None
+            cfg.loadgen.concurrency = int(cfg.experiment.saturation_concurrency)
+            cfg.loadgen.progress = False
+        result = run_sim(cfg)
+        frame = result.requests
+        done = frame[frame["error"].isna()]
+        span = float(done["finish_s"].max())
+        _STATE["capacity_rps"] = float(len(done) / span) if span > 0 else math.nan
+        self.meta["capacity_rps"] = _STATE["capacity_rps"]
+        self.meta["capacity_run"] = {"concurrency": int(cfg.loadgen.concurrency), "requests": len(frame)}
+        print(f"emulator capacity on this workload: {_STATE['capacity_rps']:.3f} req/s", flush=True)
+
+    # -- around each job ----------------------------------------------------------------------
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.analysis.summary import write_run
+        from harness.loadgen.run import run_url, write_extras
+
+        fraction = float(config.experiment.load_fraction)
+        index = len(self.runs)
+        cfg = _task_cfg(config)
+        with open_dict(cfg):
+            cfg.mode = "url"
+            cfg.target.url = self.url
+            cfg.target.name = "engine"
+            cfg.loadgen.progress = False
+            cfg.analysis.figures = False
+        out = self.sweep_dir / "engine" / f"load{index}"
+        out.mkdir(parents=True, exist_ok=True)
+        result = run_url(cfg)
+        write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
+        write_extras(out, result)
+        self.runs.append({"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
+                          "sim_dir": str(config.hydra.runtime.output_dir)})
+
+    # -- after --------------------------------------------------------------------------------
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.validation.compare import write_validation
+
+        if self.engine is not None:
+            self.engine.stop()
+        if not self.runs:
+            return
+        table = write_validation(self.sweep_dir, self.runs, self.meta, OmegaConf.to_container(config.experiment))
+        print(table, flush=True)
