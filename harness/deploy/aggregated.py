@@ -150,7 +150,9 @@ def _plain(node: Any) -> dict[str, Any]:
 
 def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
     """Build from `cfg.deployment` (an aggregated one) and `cfg.model`; the planner is not involved."""
-    from harness.deploy.build import Built  # the PD builder's result type (import here: no cycle)
+    from harness.deploy.build import (
+        Built,  # the PD builder's result type (import here: no cycle)
+    )
 
     dep = _plain(cfg.deployment)
     for key in dep:

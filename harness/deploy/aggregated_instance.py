@@ -35,7 +35,7 @@ _EPS = 1e-9
 class _Seq:
     """An admitted request: prompt tokens left to compute, context in KV, tokens emitted."""
 
-    __slots__ = ("job", "prefill_left", "context", "emitted")
+    __slots__ = ("context", "emitted", "job", "prefill_left")
 
     def __init__(self, job: Job) -> None:
         self.job = job

@@ -52,7 +52,7 @@ def _profiles() -> dict:
 
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
-    return int(round(float(fraction) * 1000)) * 10_000_000
+    return round(float(fraction) * 1000) * 10_000_000
 
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset)):

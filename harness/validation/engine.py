@@ -108,7 +108,8 @@ class EngineProcess:
 
     def version(self) -> str:
         try:
-            out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, timeout=10)
+            out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, timeout=10,
+                                 check=False)
             return (out.stdout + out.stderr).strip().splitlines()[0] if (out.stdout + out.stderr).strip() else "?"
         except (OSError, subprocess.SubprocessError):
             return "?"

@@ -29,7 +29,7 @@ MODEL = {"name": "tiny_llama", "family": "dense", "hidden_size": 384, "total_par
                               "decode": DECODE}}}
 
 
-def T(l):  # noqa: N802 (the prefill curve, written out independently of the profile code)
+def T(l):
     return PREFILL[0] + PREFILL[1] * l + PREFILL[2] * l * l
 
 
