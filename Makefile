@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test plan bench clean
+.PHONY: install run test plan bench clean engine
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ run: $(STAMP)
 plan: $(STAMP)
 	$(PY) -m harness.plan
 
-test: $(STAMP)
+# The real engine (llama.cpp's llama-server + a random-weight model), cached under ~/.cache/prfaas-harness:
+# ~10 min on 2 cores the first time on a machine, instant after. Its tests run in `make test`.
+engine: $(STAMP)
+	$(PY) -m harness.engine.build
+
+test: $(STAMP) engine
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -24,6 +24,7 @@ _PARTS = (
     "harness.planner.schema",
     "harness.deploy.schema",
     "harness.analysis.schema",
+    "harness.profiling.schema",
 )
 
 

@@ -1,0 +1,83 @@
+"""Start and stop llama-server on a free loopback port (the test fixture and `harness-profile` share it)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class EngineServer:
+    """A running llama-server: its URL, its process and where it logs."""
+
+    url: str
+    process: subprocess.Popen
+    log: Path
+    args: list[str] = field(default_factory=list)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Terminate, then kill if it has not exited within grace_s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(grace_s)
+
+    def __enter__(self) -> EngineServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str, timeout_s: float = 5.0) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (loopback only)
+        return json.loads(resp.read())
+
+
+def start_server(binary: Path, model: Path, log: Path, *, slots: int = 4, threads: int = 2,
+                 context: int = 16384, port: int = 0, ready_timeout_s: float = 120.0,
+                 extra: list[str] | None = None) -> EngineServer:
+    """Start llama-server on 127.0.0.1 and a free port; return once /health answers 200.
+
+    `context` is the server's whole KV budget in tokens, shared by its `slots` (each slot holds
+    up to context / slots tokens). `port` 0: a free one.
+    """
+    port = port or free_port()
+    args = [str(binary), "-m", str(model), "--host", HOST, "--port", str(port), "-np", str(slots),
+            "-t", str(threads), "-tb", str(threads), "-c", str(context), "--metrics", "--slots", "--no-webui",
+            *(extra or [])]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as fh:
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = EngineServer(url=f"http://{HOST}:{port}", process=proc, log=log, args=args)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"llama-server exited with {proc.returncode} before it was ready: "
+                               f"{' | '.join(tail)} (log {log})")
+        try:
+            if get_json(server.url + "/health", timeout_s=2.0).get("status") == "ok":
+                return server
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"llama-server did not answer /health within {ready_timeout_s:g} s (log {log})")

@@ -1,0 +1,134 @@
+"""Timed requests against an OpenAI-compatible `/v1/completions` endpoint, and what they measure.
+
+Every probe sends a token-id prompt (`"prompt": [ids]`), streams the answer and stamps each chunk on
+an injected clock; when the server sends its own `timings` (llama.cpp: prompt_n, cache_n, prompt_ms,
+predicted_n, predicted_ms) they are kept beside the client's stamps. Errors are data: a failed probe
+returns a result with `error` set, never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class ProbeResult:
+    sent_s: float
+    first_s: float | None = None  # first chunk carrying a token
+    end_s: float | None = None
+    chunk_s: list[float] = field(default_factory=list)  # every chunk carrying a token
+    prompt_tokens: int | None = None  # usage
+    completion_tokens: int | None = None  # usage
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    timings: dict[str, float] = field(default_factory=dict)  # the server's own, when it sends them
+    error: str | None = None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_s is None else self.first_s - self.sent_s
+
+    @property
+    def prompt_s(self) -> float | None:
+        """The server's prefill time (timings.prompt_ms) when it sent one."""
+        ms = self.timings.get("prompt_ms")
+        return None if ms is None else float(ms) / 1e3
+
+
+class Completions:
+    """POST /v1/completions with token-id prompts, streamed, one request per call."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, model: str, clock: Clock = time.perf_counter,
+                 timeout_s: float = 300.0) -> None:
+        self.session, self.url, self.model, self.clock = session, url.rstrip("/"), model, clock
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def __call__(self, prompt: Sequence[int], max_tokens: int, *, cache_prompt: bool) -> ProbeResult:
+        body = {"model": self.model, "prompt": [int(t) for t in prompt], "max_tokens": int(max_tokens),
+                "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
+                "temperature": 0.0, "cache_prompt": cache_prompt}
+        res = ProbeResult(sent_s=self.clock())
+        try:
+            async with self.session.post(self.url + "/v1/completions", json=body, timeout=self.timeout) as resp:
+                if resp.status != 200:
+                    res.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                    return res
+                async for raw in resp.content:
+                    now = self.clock()
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    self._chunk(json.loads(data), now, res)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
+            res.error = f"{type(err).__name__}: {err}"[:300]
+        res.end_s = self.clock()
+        if res.error is None and res.first_s is None:
+            res.error = "no token in the response"
+        return res
+
+    @staticmethod
+    def _chunk(obj: dict[str, Any], now: float, res: ProbeResult) -> None:
+        choices = obj.get("choices") or []
+        if choices and choices[0].get("text"):
+            res.chunk_s.append(now)
+            if res.first_s is None:
+                res.first_s = now
+        usage = obj.get("usage")
+        if usage:
+            res.prompt_tokens = usage.get("prompt_tokens")
+            res.completion_tokens = usage.get("completion_tokens")
+            res.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if isinstance(obj.get("timings"), dict):
+            res.timings = {k: float(v) for k, v in obj["timings"].items() if isinstance(v, int | float)}
+
+
+def fresh_prompt(rng: np.random.Generator, n: int, id_min: int, id_max: int) -> list[int]:
+    """n uniformly random token ids: a prompt no cache has seen (collisions ~ (1/span)^prefix)."""
+    return rng.integers(id_min, id_max, size=n).tolist()
+
+
+@dataclass(frozen=True)
+class DecodeWindow:
+    step_s: float  # mean time between tokens of one stream while every stream was decoding
+    context_tokens: float  # context held by the whole batch during those steps (mean over them)
+    steps: int  # steps (token gaps) the mean is taken over, per stream (the smallest)
+
+
+def decode_window(chunk_s: Sequence[Sequence[float]], prompt_tokens: Sequence[int],
+                  tokens_per_chunk: Sequence[float] | None = None) -> DecodeWindow | None:
+    """The steady decode of streams started together: the span in which all of them were decoding.
+
+    The window opens at the last stream's first token (every prefill done) and closes at the first
+    stream's last token (nobody finished). In it, each stream's gaps between tokens are decode steps
+    of the whole batch; the step is the mean over streams of (last - first) / gaps. A token at index
+    j of a stream (0 = the first, made by the prefill) was made by a step reading prompt + j tokens,
+    so the batch's context is the sum over streams of their mean prompt + j in the window. None if
+    the window holds fewer than 2 gaps of some stream (make output_tokens larger).
+    """
+    if not chunk_s or any(len(c) < 2 for c in chunk_s):
+        return None
+    start = max(c[0] for c in chunk_s)
+    end = min(c[-1] for c in chunk_s)
+    steps, gaps, context = [], [], 0.0
+    for i, c in enumerate(chunk_s):
+        t = np.asarray(c, dtype=float)
+        idx = np.nonzero((t >= start) & (t <= end))[0]
+        if len(idx) < 3:
+            return None
+        per = tokens_per_chunk[i] if tokens_per_chunk is not None else 1.0
+        steps.append((t[idx[-1]] - t[idx[0]]) / ((len(idx) - 1) * per))
+        gaps.append(len(idx) - 1)
+        context += prompt_tokens[i] + per * float(np.mean(idx))
+    return DecodeWindow(float(np.mean(steps)), context, int(min(gaps)))
