@@ -4,7 +4,8 @@ Used when no profile file is given (`experiment.profile=null`); `harness-profile
 same `profiles.<hardware>` block with more probes and residuals. Probes only, never the validation
 workload: fresh random prompts (no cache hits) at fixed lengths, one in flight, for the prefill
 curve (client TTFT, so the HTTP path is in it as it is in what we later predict); N concurrent
-streams at two prompt lengths for the decode step (time per token while all N decode).
+streams at two prompt lengths for the decode step (the engine's own generation time per token:
+the N prompts fit one engine step, so the N streams decode side by side from first to last token).
 
 Fits: prefill `T(l) = c0 + c1 l + c2 l^2` (least squares, relative); decode step
 `base_s + per_seq_s * N + per_token_s * context` (least squares). Residuals are kept.
@@ -49,23 +50,36 @@ async def _probe(url: str, lengths: list[int], repeats: int, batches: list[int],
                  decode_tokens: int, seed: int) -> dict[str, list]:
     rng = np.random.default_rng(seed)
     prefill, decode = [], []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+    connector = aiohttp.TCPConnector(force_close=True)  # llama-server may close a kept-alive connection
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600), connector=connector) as session:
         await _stream(session, url, _prompt(rng, 64), 4)  # warm-up
         for _ in range(repeats):
             for n in lengths:
                 r = await _stream(session, url, _prompt(rng, n), 1)
                 prefill.append({"input_tokens": n, "ttft_s": r["stamps"][0] if r["stamps"] else float("nan"),
                                 "server_prompt_s": r["timings"].get("prompt_ms", float("nan")) / 1e3})
-        for p in decode_prompts:
-            for b in batches:
-                runs = await asyncio.gather(*(_stream(session, url, _prompt(rng, p), decode_tokens) for _ in range(b)))
-                start = max(r["stamps"][0] for r in runs)  # all b streams decoding in [start, end]
-                end = min(r["stamps"][-1] for r in runs)
-                steps = [sum(1 for t in r["stamps"] if start <= t <= end) - 1 for r in runs]
-                if end > start and min(steps) > 4:
-                    decode.append({"batch": b, "prompt_tokens": p, "step_s": (end - start) / float(np.mean(steps)),
-                                   "context_tokens": b * (p + decode_tokens / 2)})
+        for _ in range(repeats):
+            for p in decode_prompts:
+                for b in batches:
+                    runs = await asyncio.gather(*(_stream(session, url, _prompt(rng, p), decode_tokens)
+                                                  for _ in range(b)))
+                    # The engine's own clock: generation time per token of each stream. All b prompts
+                    # fit one engine step (b * p <= its batch), so the b streams decode side by side
+                    # from first token to last; the client's stamps jitter with its own scheduling.
+                    per_token = [r["timings"]["predicted_ms"] / 1e3 / r["timings"]["predicted_n"]
+                                 for r in runs if r["timings"].get("predicted_n")]
+                    if per_token:
+                        decode.append({"batch": b, "prompt_tokens": p, "step_s": float(np.mean(per_token)),
+                                       "context_tokens": b * (p + decode_tokens / 2)})
     return {"prefill": prefill, "decode": decode}
+
+
+def _medians(rows: list[dict]) -> list[dict]:
+    """One row per (batch, prompt) probe: the median over repeats (a busy machine has outliers)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["batch"], r["prompt_tokens"]), []).append(r)
+    return [{**g[0], "step_s": float(np.median([r["step_s"] for r in g]))} for g in groups.values()]
 
 
 def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
@@ -81,6 +95,7 @@ def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
 
 
 def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
+    rows = _medians(rows)
     b = np.array([r["batch"] for r in rows], float)
     c = np.array([r["context_tokens"] for r in rows], float)
     y = np.array([r["step_s"] for r in rows], float)
@@ -94,21 +109,29 @@ def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
     return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
 
 
-def calibrate(url: str, *, hardware: str, slots: int, lengths: list[int], repeats: int, batches: list[int],
-              decode_prompts: list[int], decode_tokens: int, seed: int, source: str) -> tuple[dict, dict]:
-    """(profiles block {hardware: {...}}, raw probe data)."""
-    raw = asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed))
-    (c0, c1, c2), pre_rms = _fit_prefill(raw["prefill"])
-    (base, per_seq, per_tok), dec_rms = _fit_decode(raw["decode"])
+def probe(url: str, *, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
+          decode_tokens: int, seed: int) -> dict[str, list]:
+    """One round of probes (fresh random prompts): {"prefill": [...], "decode": [...]} rows."""
+    return asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed))
+
+
+def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str) -> dict:
+    """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds."""
+    pre = [row for r in rounds for row in r["prefill"]]
+    dec = [row for r in rounds for row in r["decode"]]
+    (c0, c1, c2), pre_rms = _fit_prefill(pre)
+    (base, per_seq, per_tok), dec_rms = _fit_decode(dec)
+    lengths = sorted({row["input_tokens"] for row in pre})
+    batches = sorted({row["batch"] for row in dec})
+    prompts = sorted({row["prompt_tokens"] for row in dec})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    profiles = {hardware: {
+    return {hardware: {
         "gpus_per_instance": 1,
         "prefill": {"kind": "polynomial", "coefficients": [c0, c1, c2],
-                    "provenance": f"[M] fitted {stamp} to client TTFT of {len(raw['prefill'])} single fresh prompts "
-                                  f"at {lengths} tokens ({source}); relative RMS residual {pre_rms:.3f}"},
+                    "provenance": f"[M] fitted {stamp} to client TTFT of {len(pre)} single fresh prompts at "
+                                  f"{lengths} tokens ({source}); relative RMS residual {pre_rms:.3f}"},
         "decode": {"kind": "linear", "base_s": base, "per_seq_s": per_seq, "per_token_s": per_tok, "bs_max": slots,
-                   "provenance": f"[M] fitted {stamp} to time per token of N={batches} concurrent streams at "
-                                 f"{decode_prompts}-token prompts ({source}); relative RMS residual {dec_rms:.3f}; "
-                                 f"bs_max = the engine's slots"},
+                   "provenance": f"[M] fitted {stamp} to the engine's generation time per token of N={batches} "
+                                 f"concurrent streams at {prompts}-token prompts ({source}); relative RMS residual "
+                                 f"{dec_rms:.3f}; bs_max = the engine's slots"},
     }}
-    return profiles, raw

@@ -21,9 +21,11 @@ The jobs read the calibrated profile and their rate through two resolvers regist
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import InputError
+from harness.errors import EXIT_BAD_INPUT, InputError
 
 _STATE: dict[str, Any] = {}
 
@@ -73,31 +75,60 @@ class ValidateCallback(Callback):
         self.url = ""
         self.sweep_dir = Path(".")
         self.runs: list[dict[str, Any]] = []
+        self.rounds: list[dict] = []  # probe rounds, in time order
         self.meta: dict[str, Any] = {}
 
     # -- before the jobs ----------------------------------------------------------------------
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.validation.engine import EngineProcess, find_engine
+        try:
+            self._prepare(config)
+        except InputError as err:  # Hydra turns a callback's exception into a warning: stop here instead
+            self._abort(f"error: {err}", EXIT_BAD_INPUT)
+        except Exception as err:  # noqa: BLE001 (the engine is stopped and the run ends with one line)
+            self._abort(f"error: validate_engine could not start: {type(err).__name__}: {err}", 1)
 
+    def _abort(self, message: str, status: int) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+        print(message, file=sys.stderr, flush=True)
+        raise SystemExit(status)
+
+    def _prepare(self, config: DictConfig) -> None:
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        exp = config.experiment
         self.url = str(config.target.url) if config.target.url else ""
         if self.url:
             self.meta["engine"] = {"url": self.url, "started_here": False}
         else:
-            eng = exp.engine
-            binary, model = find_engine(eng.binary, eng.model, eng.paths_file)
-            self.engine = EngineProcess(binary, model, slots=int(config.deployment.slots),
-                                        context_tokens=int(eng.context_tokens), threads=int(eng.threads),
-                                        batch_tokens=eng.batch_tokens, log_path=self.sweep_dir / "engine.log")
-            self.url = self.engine.start()
-            self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": self.engine.version(),
-                                   "command": " ".join(self.engine.command(0)).replace("--port 0", "--port <free>"),
-                                   "started_here": True}
+            self._start_engine(config)
         print(f"engine at {self.url}", flush=True)
         self._calibrate(config)
         self._capacity(config)
+
+    def _start_engine(self, config: DictConfig) -> None:
+        from harness.engine.build import BuildError, ensure_engine
+        from harness.engine.server import start_server
+
+        eng = config.experiment.engine
+        if eng.binary and eng.model:
+            binary, model, version = Path(str(eng.binary)), Path(str(eng.model)), "given"
+            for key, path in (("binary", binary), ("model", model)):
+                if not path.is_file():
+                    raise InputError(f"experiment.engine.{key}={path}: no such file")
+        else:
+            try:
+                built = ensure_engine()  # cached by `make engine`; builds (~10 min) when missing
+            except BuildError as err:
+                raise InputError(f"experiment=validate_engine: no engine ({err}); run `make engine` or set "
+                                 f"target.url=http://HOST:PORT") from err
+            binary, model, version = built.binary, built.model, built.version
+        extra = ["-b", str(int(eng.batch_tokens))] if eng.batch_tokens else []
+        self.engine = start_server(binary, model, self.sweep_dir / "engine.log", slots=int(config.deployment.slots),
+                                   threads=int(eng.threads), context=int(eng.context_tokens), extra=extra)
+        atexit.register(self.engine.stop)  # whatever ends the run, the engine goes with it
+        self.url = self.engine.url
+        self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": version,
+                               "args": self.engine.args, "started_here": True}
 
     def _calibrate(self, config: DictConfig) -> None:
         exp = config.experiment
@@ -117,24 +148,43 @@ class ValidateCallback(Callback):
                                                        for k in ("prefill", "decode")}}
             _STATE["profiles"] = {hw: profiles[hw]}
         else:
-            from harness.validation.calibrate import calibrate
-
-            cal = exp.calibration
-            t0 = time.monotonic()
-            profiles, raw = calibrate(self.url, hardware=hw, slots=int(config.deployment.slots),
-                                      lengths=list(cal.lengths), repeats=int(cal.repeats), batches=list(cal.batches),
-                                      decode_prompts=list(cal.decode_prompts), decode_tokens=int(cal.decode_tokens),
-                                      seed=int(cal.seed), source=f"llama-server at {self.url}")
-            (out / "probes.json").write_text(json.dumps(raw, indent=1))
             self.meta["calibration"] = {"source": "built-in probes (harness/validation/calibrate.py)",
-                                        "probe_lengths": list(cal.lengths), "decode_batches": list(cal.batches),
-                                        "decode_prompt_tokens": list(cal.decode_prompts), "wall_s": time.monotonic() - t0,
-                                        "validation_workload_used": False}
-            _STATE["profiles"] = profiles
-        profile_file = out / "profile.yaml"
-        profile_file.write_text(yaml.safe_dump({"profiles": _STATE["profiles"]}, sort_keys=False))
-        self.meta["profile_file"] = str(profile_file)
-        self.meta["profiles"] = _STATE["profiles"]
+                                        "probe_lengths": list(exp.calibration.lengths),
+                                        "decode_batches": list(exp.calibration.batches),
+                                        "decode_prompt_tokens": list(exp.calibration.decode_prompts),
+                                        "recalibrate": bool(exp.recalibrate), "validation_workload_used": False,
+                                        "rounds": []}
+            self._probe_round(config, "start")
+            self._fit(config, [self.rounds[0]], "start")
+        self.meta["profile_file"] = str(out / "start" / "profile.yaml") if not exp.profile else str(exp.profile)
+
+    def _probe_round(self, config: DictConfig, tag: str) -> None:
+        """Probe the engine now (probe prompts only); the raw rows go to calibration/<tag>/probes.json."""
+        from harness.validation.calibrate import probe
+
+        cal = config.experiment.calibration
+        t0 = time.monotonic()
+        raw = probe(self.url, lengths=list(cal.lengths), repeats=int(cal.repeats), batches=list(cal.batches),
+                    decode_prompts=list(cal.decode_prompts), decode_tokens=int(cal.decode_tokens),
+                    seed=int(cal.seed) + len(self.rounds))
+        out = self.sweep_dir / "calibration" / tag
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "probes.json").write_text(json.dumps(raw, indent=1))
+        self.rounds.append(raw)
+        self.meta["calibration"]["rounds"].append({"tag": tag, "wall_s": time.monotonic() - t0,
+                                                   "at": time.strftime("%H:%M:%SZ", time.gmtime())})
+
+    def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
+        from harness.validation.calibrate import fit
+
+        profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
+                       source=f"llama-server at {self.url}, probe rounds {tag}")
+        _STATE["profiles"] = profiles
+        out = self.sweep_dir / "calibration" / tag
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))
+        self.meta.setdefault("profiles", {})[tag] = profiles
+
 
     def _capacity(self, config: DictConfig) -> None:
         from harness.sim import run_sim
@@ -169,11 +219,22 @@ class ValidateCallback(Callback):
             cfg.analysis.figures = False
         out = self.sweep_dir / "engine" / f"load{index}"
         out.mkdir(parents=True, exist_ok=True)
-        result = run_url(cfg)
+        try:
+            result = run_url(cfg)
+        except Exception as err:  # noqa: BLE001 (see on_multirun_start)
+            self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
         write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
         write_extras(out, result)
-        self.runs.append({"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
-                          "sim_dir": str(config.hydra.runtime.output_dir)})
+        run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
+               "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
+        if self.rounds and bool(config.experiment.recalibrate):
+            # Probes again after this load; the emulator's run for it uses the probes that bracket it
+            # in time (before and after), so machine drift moves prediction and measurement alike.
+            tag = f"load{index}"
+            self._probe_round(config, f"after_{tag}")
+            self._fit(config, self.rounds[-2:], tag)
+            run["profile"] = tag
+        self.runs.append(run)
 
     # -- after --------------------------------------------------------------------------------
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
