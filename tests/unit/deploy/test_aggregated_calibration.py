@@ -44,8 +44,8 @@ def test_fit_never_returns_negative_terms_on_noisy_probes():
 
 
 def test_shared_prompt_workload_shares_whole_blocks_and_offsets_ids():
-    kw = dict(input_lengths=Uniform(100, 900), output_lengths=Fixed(8), arrivals=Poisson(1.0), num_requests=400,
-              seed=1, block_tokens=512, shared_prompts=2, shared_prompt_tokens=1024, shared_fraction=0.5)
+    kw = {"input_lengths": Uniform(100, 900), "output_lengths": Fixed(8), "arrivals": Poisson(1.0), "num_requests": 400,
+              "seed": 1, "block_tokens": 512, "shared_prompts": 2, "shared_prompt_tokens": 1024, "shared_fraction": 0.5}
     reqs = SharedPromptWorkload(**kw).generate()
     shared = [r for r in reqs if r.hash_ids[0] >= 1 << 40]
     assert 0.4 < len(shared) / len(reqs) < 0.6
@@ -56,5 +56,5 @@ def test_shared_prompt_workload_shares_whole_blocks_and_offsets_ids():
     own = [h for r in reqs for h in r.hash_ids if h < 1 << 40]
     assert len(own) == len(set(own))  # nothing else is shared
     moved = SharedPromptWorkload(**kw, id_offset=10**7).generate()
-    assert not set(h for r in moved for h in r.hash_ids) & set(h for r in reqs for h in r.hash_ids)
+    assert not {h for r in moved for h in r.hash_ids} & {h for r in reqs for h in r.hash_ids}
     assert [r.input_tokens for r in moved] == [r.input_tokens for r in reqs]
