@@ -15,8 +15,8 @@ Config (conf/deployment/aggregated.yaml): `name`, `hardware` (its `name` selects
 `model.profiles.<name>`), `gpus_per_instance`, `instances`, `slots` (the engine's parallel
 sequences, -np), `chunk_tokens` (prompt + decode tokens per engine step, the engine's n_batch;
 null: whole prompts in one step), `prefix_shared_after` (when a prompt's KV becomes a prefix other
-requests can reuse: `finish`, when its request ends and the engine saves the slot's prompt to its
-cache, as llama-server does; or `prefill`, as soon as it is computed).
+requests can reuse: `prefill`, as soon as it is computed, which is what llama-server showed (a
+request reused a prefix whose owners were all still decoding); or `finish`, when its request ends).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class AggregatedDeployment:
 
     def __init__(self, *, name: str, clock: Clock, profile, instances: int, slots: int,
                  chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
-                 cache_capacity_tokens: int | None = None, shared_after: str = "finish",
+                 cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
                  mode: str = "sim") -> None:
         self.name = name
         self.shared_after = shared_after
@@ -165,7 +165,7 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
     chunk = dep.get("chunk_tokens")
     require(chunk is None or (isinstance(chunk, int) and chunk >= 1),
             f"{where}.chunk_tokens must be an integer >= 1 or null (whole prompts), got {chunk!r}")
-    shared_after = dep.get("prefix_shared_after", "finish")
+    shared_after = dep.get("prefix_shared_after", "prefill")
     require(shared_after in SHARED_AFTER,
             f"{where}.prefix_shared_after must be one of {', '.join(SHARED_AFTER)}, got {shared_after!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")

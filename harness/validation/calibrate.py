@@ -83,10 +83,12 @@ def _medians(rows: list[dict]) -> list[dict]:
 
 
 def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
-    x = np.array([r["input_tokens"] for r in rows], float)
-    y = np.array([r["ttft_s"] for r in rows], float)
-    ok = np.isfinite(y)
-    x, y = x[ok], y[ok]
+    by_length: dict[int, list[float]] = {}
+    for r in rows:
+        if np.isfinite(r["ttft_s"]):
+            by_length.setdefault(int(r["input_tokens"]), []).append(float(r["ttft_s"]))
+    x = np.array(sorted(by_length), float)  # the median per length: one stalled probe cannot tilt the curve
+    y = np.array([np.median(by_length[int(n)]) for n in x], float)
     a = np.vstack([np.ones_like(x), x, x * x]).T / y[:, None]  # relative least squares
     coef, *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
     coef = np.maximum(coef, 0.0)
