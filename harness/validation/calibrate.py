@@ -111,29 +111,63 @@ def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
     return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
 
 
+def _fit_decode_per_batch(rows: list[dict]) -> tuple[list[float], float, float]:
+    """(step at zero context per batch 1..max, per-token-of-context slope, relative RMS residual)."""
+    rows = _medians(rows)
+    batches = sorted({int(r["batch"]) for r in rows})
+    nb = max(batches)
+    a = np.zeros((len(rows), nb + 1))
+    for i, r in enumerate(rows):
+        a[i, int(r["batch"]) - 1] = 1.0
+        a[i, nb] = r["context_tokens"]
+    y = np.array([r["step_s"] for r in rows], float)
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    if coef[nb] < 0:
+        coef[:nb], *_ = np.linalg.lstsq(a[:, :nb], y, rcond=None)
+        coef[nb] = 0.0
+    coef = np.maximum(coef, 0.0)
+    steps = coef[:nb].tolist()
+    for b in range(1, nb + 1):  # a batch size never probed: interpolate its neighbours
+        if b not in batches:
+            lo, hi = max(x for x in batches if x < b), min(x for x in batches if x > b)
+            steps[b - 1] = steps[lo - 1] + (steps[hi - 1] - steps[lo - 1]) * (b - lo) / (hi - lo)
+    rel = (a @ coef) / y - 1.0
+    return steps, float(coef[nb]), float(np.sqrt(np.mean(rel**2)))
+
+
 def probe(url: str, *, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
           decode_tokens: int, seed: int) -> dict[str, list]:
     """One round of probes (fresh random prompts): {"prefill": [...], "decode": [...]} rows."""
     return asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed))
 
 
-def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str) -> dict:
-    """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds."""
+def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,
+        decode_kind: str = "per_batch") -> dict:
+    """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds.
+
+    decode_kind: `per_batch` (a step per batch size + a context slope: llama.cpp's step is not
+    linear in the batch) or `linear` (base + per sequence + per context token)."""
     pre = [row for r in rounds for row in r["prefill"]]
     dec = [row for r in rounds for row in r["decode"]]
     (c0, c1, c2), pre_rms = _fit_prefill(pre)
-    (base, per_seq, per_tok), dec_rms = _fit_decode(dec)
     lengths = sorted({row["input_tokens"] for row in pre})
     batches = sorted({row["batch"] for row in dec})
     prompts = sorted({row["prompt_tokens"] for row in dec})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    how = (f"fitted {stamp} to the engine's generation time per token of N={batches} concurrent streams at "
+           f"{prompts}-token prompts ({source})")
+    if decode_kind == "per_batch":
+        steps, per_tok, dec_rms = _fit_decode_per_batch(dec)
+        decode = {"kind": "per_batch", "batch_step_s": steps, "per_token_s": per_tok}
+    else:
+        (base, per_seq, per_tok), dec_rms = _fit_decode(dec)
+        decode = {"kind": "linear", "base_s": base, "per_seq_s": per_seq, "per_token_s": per_tok}
+    decode.update({"bs_max": slots, "provenance": f"[M] {how}; relative RMS residual {dec_rms:.3f}; "
+                                                  f"bs_max = the engine's slots"})
     return {hardware: {
         "gpus_per_instance": 1,
         "prefill": {"kind": "polynomial", "coefficients": [c0, c1, c2],
                     "provenance": f"[M] fitted {stamp} to client TTFT of {len(pre)} single fresh prompts at "
                                   f"{lengths} tokens ({source}); relative RMS residual {pre_rms:.3f}"},
-        "decode": {"kind": "linear", "base_s": base, "per_seq_s": per_seq, "per_token_s": per_tok, "bs_max": slots,
-                   "provenance": f"[M] fitted {stamp} to the engine's generation time per token of N={batches} "
-                                 f"concurrent streams at {prompts}-token prompts ({source}); relative RMS residual "
-                                 f"{dec_rms:.3f}; bs_max = the engine's slots"},
+        "decode": decode,
     }}

@@ -178,7 +178,8 @@ class ValidateCallback(Callback):
         from harness.validation.calibrate import fit
 
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
-                       source=f"llama-server at {self.url}, probe rounds {tag}")
+                       source=f"llama-server at {self.url}, probe rounds {tag}",
+                       decode_kind=str(config.experiment.calibration.decode_kind))
         _STATE["profiles"] = profiles
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ def _rounds(c, d, noise=0.0, seed=0):
 
 def test_fit_recovers_known_curves_and_builds_a_profile():
     c, d = (0.02, 6e-4, 3e-7), (0.003, 0.0012, 2e-7)
-    block = fit(_rounds(c, d), hardware="cpu_local", slots=4, source="test")
+    block = fit(_rounds(c, d), hardware="cpu_local", slots=4, source="test", decode_kind="linear")
     got = block["cpu_local"]
     assert got["prefill"]["coefficients"] == pytest.approx(list(c), rel=1e-6)
     assert [got["decode"][k] for k in ("base_s", "per_seq_s", "per_token_s")] == pytest.approx(list(d), rel=1e-6)
@@ -37,8 +37,24 @@ def test_fit_recovers_known_curves_and_builds_a_profile():
     assert profile.decode_step_s(2, 1000) == pytest.approx(d[0] + 2 * d[1] + 1000 * d[2])
 
 
+def test_per_batch_fit_recovers_a_step_that_is_not_linear_in_the_batch():
+    rows = [{"batch": b, "prompt_tokens": p, "context_tokens": b * (p + 32), "step_s": s + 1e-6 * b * (p + 32)}
+            for b, s in ((1, 0.002), (2, 0.007), (4, 0.009)) for p in (128, 448)]
+    block = fit([{"prefill": _rounds((0.02, 6e-4, 3e-7), (0, 0, 0))[0]["prefill"], "decode": rows}],
+                hardware="cpu_local", slots=4, source="test")
+    dec = block["cpu_local"]["decode"]
+    assert dec["kind"] == "per_batch" and dec["per_token_s"] == pytest.approx(1e-6, rel=1e-6)
+    assert dec["batch_step_s"] == pytest.approx([0.002, 0.007, 0.008, 0.009], rel=1e-6)  # 3: interpolated
+    profile = build_profile(OmegaConf.create({**MODEL, "profiles": block}), OmegaConf.create(HARDWARE),
+                            gpus_per_instance=1)
+    assert profile.decode_step_s(1, 500) == pytest.approx(0.002 + 5e-4)
+    assert profile.decode_step_s(2, 0) == pytest.approx(0.007)
+    assert profile.decode_step_s(6, 0) == pytest.approx(0.009 + 2 * 0.001)  # the last increment continues
+
+
 def test_fit_never_returns_negative_terms_on_noisy_probes():
-    block = fit(_rounds((0.0, 6e-4, 1e-9), (0.003, 0.0, 0.0), noise=0.1, seed=3), hardware="h", slots=2, source="t")
+    block = fit(_rounds((0.0, 6e-4, 1e-9), (0.003, 0.0, 0.0), noise=0.1, seed=3), hardware="h", slots=2, source="t",
+                decode_kind="linear")
     assert min(block["h"]["prefill"]["coefficients"]) >= 0
     assert min(block["h"]["decode"][k] for k in ("base_s", "per_seq_s", "per_token_s")) >= 0
 
