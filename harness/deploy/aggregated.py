@@ -16,7 +16,10 @@ Config (conf/deployment/aggregated.yaml): `name`, `hardware` (its `name` selects
 sequences, -np), `chunk_tokens` (prompt + decode tokens per engine step, the engine's n_batch;
 null: whole prompts in one step), `prefix_shared_after` (when a prompt's KV becomes a prefix other
 requests can reuse: `prefill`, as soon as it is computed, which is what llama-server showed (a
-request reused a prefix whose owners were all still decoding); or `finish`, when its request ends).
+request reused a prefix whose owners were all still decoding); or `finish`, when its request ends),
+`prefix_attention` (share of the cost model's attention-over-a-cached-prefix term that extending a
+cached prefix costs, in [0, 1]; 1: the cost model's `T(c + k) - T(c)`; an engine's own is measured by
+the validate_engine calibration).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from harness.workload.request import Request
 
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
-        "prefix_shared_after")
+        "prefix_shared_after", "prefix_attention")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -46,7 +49,7 @@ class AggregatedDeployment:
     def __init__(self, *, name: str, clock: Clock, profile, instances: int, slots: int,
                  chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
                  cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
-                 mode: str = "sim") -> None:
+                 prefix_attention: float = 1.0, mode: str = "sim") -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -55,7 +58,8 @@ class AggregatedDeployment:
         self.prefix_cache = prefix_cache
         self.instances = [
             AggregatedInstance(f"agg{i}", clock, profile, slots=slots, chunk_tokens=chunk_tokens,
-                               admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish)
+                               admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish,
+                               prefix_attention=prefix_attention)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -168,6 +172,9 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
     shared_after = dep.get("prefix_shared_after", "prefill")
     require(shared_after in SHARED_AFTER,
             f"{where}.prefix_shared_after must be one of {', '.join(SHARED_AFTER)}, got {shared_after!r}")
+    attention = dep.get("prefix_attention", 1.0)
+    require(isinstance(attention, (int, float)) and 0.0 <= attention <= 1.0,
+            f"{where}.prefix_attention must be a number in [0, 1], got {attention!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -176,5 +183,5 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         name=str(dep["name"]), clock=clock, profile=profile, instances=instances, slots=int(dep["slots"]),
         chunk_tokens=chunk, block_tokens=int(cfg.workload.get("block_tokens", 512)),
         prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
-        shared_after=shared_after, mode=mode)
+        shared_after=shared_after, prefix_attention=float(attention), mode=mode)
     return Built(deployment, None, None, 0, 0, instances)

@@ -47,12 +47,13 @@ class _Seq:
 class AggregatedInstance:
     def __init__(self, name: str, clock: Clock, profile, *, slots: int, chunk_tokens: int | None,
                  admit: Callable[[Job], None], on_first_token: Callable[[Job], None],
-                 on_done: Callable[[Job], None]) -> None:
+                 on_done: Callable[[Job], None], prefix_attention: float = 1.0) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
         self.bs_max = slots  # what the time series calls decode slots
         self.chunk_tokens = chunk_tokens
+        self.prefix_attention = prefix_attention
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
         self.on_done = on_done
@@ -93,7 +94,14 @@ class AggregatedInstance:
 
     # -- stepping -----------------------------------------------------------------------------
     def _marginal(self, context: int, tokens: int) -> float:
-        return self.profile.prefill_s(tokens, context) - self._t0
+        """Prompt work of `tokens` tokens on `context` tokens in KV. The cost model charges
+        T(c + k) - T(c); `prefix_attention` < 1 charges only that share of what this exceeds a fresh
+        prompt's T(k) - T(0) by (the attention over the prefix), as measured on an engine."""
+        full = self.profile.prefill_s(tokens, context) - self._t0
+        if context == 0 or self.prefix_attention == 1.0:
+            return full
+        fresh = self.profile.prefill_s(tokens, 0) - self._t0
+        return fresh + self.prefix_attention * (full - fresh)
 
     def _plan(self) -> None:
         """Admit what fits, then start the next segment (one prefill step, or a run of decode steps)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
@@ -47,9 +48,9 @@ def _prompt(rng: np.random.Generator, n: int) -> list[int]:
 
 
 async def _probe(url: str, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
-                 decode_tokens: int, seed: int) -> dict[str, list]:
+                 decode_tokens: int, seed: int, cached_prefixes: list[int], cached_new: list[int]) -> dict[str, list]:
     rng = np.random.default_rng(seed)
-    prefill, decode = [], []
+    prefill, decode, cached = [], [], []
     connector = aiohttp.TCPConnector(force_close=True)  # llama-server may close a kept-alive connection
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600), connector=connector) as session:
         await _stream(session, url, _prompt(rng, 64), 4)  # warm-up
@@ -58,6 +59,15 @@ async def _probe(url: str, lengths: list[int], repeats: int, batches: list[int],
                 r = await _stream(session, url, _prompt(rng, n), 1)
                 prefill.append({"input_tokens": n, "ttft_s": r["stamps"][0] if r["stamps"] else float("nan"),
                                 "server_prompt_s": r["timings"].get("prompt_ms", float("nan")) / 1e3})
+        for _ in range(repeats):  # a fresh prefix, then that prefix + new tokens: the engine reuses the prefix
+            for c in cached_prefixes:
+                for n in cached_new:
+                    prefix = _prompt(rng, c)
+                    await _stream(session, url, prefix, 1)
+                    r = await _stream(session, url, prefix + _prompt(rng, n), 1)
+                    cached.append({"cached_tokens": c, "new_tokens": n,
+                                   "ttft_s": r["stamps"][0] if r["stamps"] else float("nan"),
+                                   "server_cache_n": r["timings"].get("cache_n")})
         for _ in range(repeats):
             for p in decode_prompts:
                 for b in batches:
@@ -71,7 +81,7 @@ async def _probe(url: str, lengths: list[int], repeats: int, batches: list[int],
                     if per_token:
                         decode.append({"batch": b, "prompt_tokens": p, "step_s": float(np.mean(per_token)),
                                        "context_tokens": b * (p + decode_tokens / 2)})
-    return {"prefill": prefill, "decode": decode}
+    return {"prefill": prefill, "decode": decode, "cached": cached}
 
 
 def _medians(rows: list[dict]) -> list[dict]:
@@ -136,9 +146,32 @@ def _fit_decode_per_batch(rows: list[dict]) -> tuple[list[float], float, float]:
 
 
 def probe(url: str, *, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
-          decode_tokens: int, seed: int) -> dict[str, list]:
-    """One round of probes (fresh random prompts): {"prefill": [...], "decode": [...]} rows."""
-    return asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed))
+          decode_tokens: int, seed: int, cached_prefixes: list[int], cached_new: list[int]) -> dict[str, list]:
+    """One round of probes (fresh random prompts): {"prefill", "decode", "cached"} rows."""
+    return asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed, cached_prefixes,
+                              cached_new))
+
+
+def fit_prefix_attention(rounds: list[dict[str, list]], coefficients: list[float]) -> tuple[float, float]:
+    """(gamma, relative RMS residual): TTFT of n new tokens on a cached prefix of c, as
+    T(n) + gamma * [T(c + n) - T(c) + T(0) - T(n)] with the fitted curve T; gamma in [0, 1]
+    (1: the cost model's marginal cost; 0: as if the prefix were not there)."""
+    def t(x: float) -> float:
+        return coefficients[0] + coefficients[1] * x + coefficients[2] * x * x
+
+    groups: dict[tuple, list[float]] = {}
+    for r in (row for rd in rounds for row in rd.get("cached", [])):
+        if np.isfinite(r["ttft_s"]):
+            groups.setdefault((r["cached_tokens"], r["new_tokens"]), []).append(r["ttft_s"])
+    if not groups:
+        return 1.0, math.nan
+    keys = sorted(groups)
+    y = np.array([np.median(groups[k]) for k in keys])
+    fresh = np.array([t(n) for _, n in keys])
+    extra = np.array([t(c + n) - t(c) + t(0) - t(n) for c, n in keys])
+    gamma = float(np.clip(np.dot(y - fresh, extra) / max(float(np.dot(extra, extra)), 1e-18), 0.0, 1.0))
+    rel = (fresh + gamma * extra) / y - 1.0
+    return gamma, float(np.sqrt(np.mean(rel**2)))
 
 
 def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,

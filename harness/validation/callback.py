@@ -6,13 +6,15 @@ The suite's jobs are the emulator's runs (sim mode, `deployment=aggregated`), on
 1. start the engine (llama-server built by `make engine`) unless `target.url` names one;
 2. calibration: the profile file `experiment.profile` (e.g. from harness-profile), or else the
    built-in probe calibration (`calibrate.py`): probe prompts only, never the validation workload;
-   written to `<sweep>/calibration/` with its provenance;
-3. the emulator's capacity on the validation workload (a sim saturation run), so the loads are
-   fractions of what the emulator predicts it can carry;
+   every probe round and fit is written to `<sweep>/calibration/<tag>/`;
+3. the emulator's capacity on the validation workload (a sim saturation run with the first fit),
+   so the loads are fractions of what the emulator predicts it can carry;
 4. for each load, before its sim job: the engine at that load (`mode=url`, run directory
-   `<sweep>/engine/load<i>`), so engine and emulator runs interleave;
+   `<sweep>/engine/load<i>`), so engine and emulator runs interleave; with
+   `experiment.recalibrate`, a probe round follows each engine run and that load's emulator run
+   uses the fit of the two probe rounds around it (the machine's speed drifts within minutes);
 5. at the end: `validation.parquet` (load_rps, metric, measured, predicted, rel_error),
-   `validation.json` (the profile, its calibration provenance, capacity, run directories) and
+   `validation.json` (the profiles, their calibration provenance, capacity, run directories) and
    `ttft_cdf.png`.
 
 The jobs read the calibrated profile and their rate through two resolvers registered here
@@ -52,12 +54,17 @@ def _profiles() -> dict:
     return copy.deepcopy(_STATE["profiles"])
 
 
+def _prefix_attention() -> float:
+    return float(_STATE.get("prefix_attention", 1.0))
+
+
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
 
 
-for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset)):
+for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
+                   ("validate_prefix_attention", _prefix_attention)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -144,6 +151,7 @@ class ValidateCallback(Callback):
             if hw not in profiles:
                 raise InputError(f"experiment.profile={path}: no profiles.{hw} block; it has {sorted(profiles)}")
             self.meta["calibration"] = {"source": "profile file", "profile_file": str(path.resolve()),
+                                        "validation_workload_used": False,
                                         "provenance": {k: profiles[hw].get(k, {}).get("provenance", "")
                                                        for k in ("prefill", "decode")}}
             _STATE["profiles"] = {hw: profiles[hw]}
@@ -166,7 +174,8 @@ class ValidateCallback(Callback):
         t0 = time.monotonic()
         raw = probe(self.url, lengths=list(cal.lengths), repeats=int(cal.repeats), batches=list(cal.batches),
                     decode_prompts=list(cal.decode_prompts), decode_tokens=int(cal.decode_tokens),
-                    seed=int(cal.seed) + len(self.rounds))
+                    seed=int(cal.seed) + len(self.rounds), cached_prefixes=list(cal.cached_prefixes),
+                    cached_new=list(cal.cached_new))
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "probes.json").write_text(json.dumps(raw, indent=1))
@@ -175,12 +184,20 @@ class ValidateCallback(Callback):
                                                    "at": time.strftime("%H:%M:%SZ", time.gmtime())})
 
     def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
-        from harness.validation.calibrate import fit
+        from harness.validation.calibrate import fit, fit_prefix_attention
 
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
                        source=f"llama-server at {self.url}, probe rounds {tag}",
                        decode_kind=str(config.experiment.calibration.decode_kind))
         _STATE["profiles"] = profiles
+        coefficients = next(iter(profiles.values()))["prefill"]["coefficients"]
+        gamma, residual = fit_prefix_attention(rounds, coefficients)
+        _STATE["prefix_attention"] = gamma
+        self.meta.setdefault("prefix_attention", {})[tag] = {
+            "value": gamma, "relative_rms_residual": residual,
+            "provenance": "[M] fitted to TTFT of new tokens on a cached probe prefix "
+                          f"({list(config.experiment.calibration.cached_prefixes)} x "
+                          f"{list(config.experiment.calibration.cached_new)} tokens), probe rounds {tag}"}
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))
