@@ -19,13 +19,15 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.calibration.lengths=[64,256,512]", "experiment.calibration.repeats=1",
         "experiment.calibration.batches=[1,2]", "experiment.calibration.decode_prompts=[64,256]",
         "experiment.calibration.decode_tokens=24", "workload.output_lengths.high=32", "workload.output_lengths.mu=3.0",
-        "workload.input_lengths.high=512", "workload.shared_prompt_tokens=512"]
+        "workload.input_lengths.high=512", "workload.shared_prompt_tokens=512",
+        "experiment.calibration.cached_prefixes=[256]", "experiment.calibration.cached_new=[64]"]
 
 
 def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "harness", "-m", "experiment=validate_engine",
-                           f"target.url={engine_url}", f"hydra.sweep.dir={sweep}", *TINY],
+                           f"target.url={engine_url}", f"hydra.sweep.dir={sweep}",
+                           "hydra.sweep.subdir=${hydra.job.num}", *TINY],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_parquet(sweep / "validation.parquet")
