@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from harness.costmodel.curves import Curve, PiecewiseLinear, Polynomial, RooflinePrefill, Scaled, read_profile_csv
-from harness.costmodel.decode import ConstantDecode, LinearDecode, RooflineDecode, roofline_bs_max
+from harness.costmodel.decode import (
+    ConstantDecode,
+    LinearDecode,
+    PerBatchDecode,
+    RooflineDecode,
+    roofline_bs_max,
+)
 from harness.costmodel.hardware import HardwareSpec
 from harness.costmodel.nodes import integer, number
 from harness.costmodel.profile import InstanceProfile
@@ -25,7 +31,7 @@ from harness.costmodel.spec import ModelSpec
 from harness.errors import InputError
 
 PREFILL_KINDS = ("table", "csv", "polynomial", "roofline")
-DECODE_KINDS = ("constant", "linear", "roofline")
+DECODE_KINDS = ("constant", "linear", "per_batch", "roofline")
 KV_INTERPOLATIONS = ("piecewise_linear", "linear_fit")
 MIB = 2.0**20
 
@@ -206,6 +212,18 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
         t_decode = decode(bs_max, float(bs_max * ctx))
         prov["decode_step_s"] = (f"linear: {linear.base_s:g} s + {linear.per_seq_s:g} s/seq + "
                                  f"{linear.per_token_s:g} s/context token: {decode_block.get('provenance', '')}")
+    elif kind == "per_batch":
+        w = f"{where}.decode"
+        steps = decode_block.get("batch_step_s") or []
+        if not steps or any(not isinstance(x, (int, float)) or x < 0 for x in steps):
+            raise InputError(f"{w}.batch_step_s must be a non-empty list of step times >= 0 (batch 1, 2, ...), "
+                             f"got {steps!r}")
+        per_batch = decode = PerBatchDecode([float(x) for x in steps], number(decode_block, "per_token_s", w, minimum=0))
+        bs_max = integer(decode_block, "bs_max", w, minimum=1)
+        t_decode = decode(bs_max, float(bs_max * hw.decode_reference_context_tokens))
+        prov["bs_max"] = f"given: {decode_block.get('provenance', '')}"
+        prov["decode_step_s"] = (f"per batch size {steps} s + {per_batch.per_token_s:g} s/context token: "
+                                 f"{decode_block.get('provenance', '')}")
     else:
         eff = (number(decode_block, "hbm_efficiency", f"{where}.decode", minimum=0, exclusive=True)
                if decode_block.get("hbm_efficiency") is not None else hw.decode_hbm_efficiency)

@@ -46,6 +46,25 @@ class LinearDecode:
         return self.base_s + self.per_seq_s * batch + self.per_token_s * context_tokens
 
 
+class PerBatchDecode:
+    """A measured step per batch size (1..n) plus a per-context-token term; beyond n, the last
+    increment continues. For engines whose step is not linear in the batch (llama.cpp on CPU with
+    per-sequence KV: one sequence is much cheaper than two)."""
+
+    __slots__ = ("per_token_s", "steps")
+
+    def __init__(self, steps: list[float], per_token_s: float) -> None:
+        self.steps, self.per_token_s = [float(x) for x in steps], per_token_s
+
+    def __call__(self, batch: int, context_tokens: float) -> float:
+        steps, n = self.steps, len(self.steps)
+        if batch <= n:
+            base = steps[max(batch, 1) - 1]
+        else:
+            base = steps[-1] + (batch - n) * (max(0.0, steps[-1] - steps[-2]) if n > 1 else steps[-1])
+        return base + self.per_token_s * context_tokens
+
+
 class RooflineDecode:
     __slots__ = ("overhead_s", "_bw", "_flops", "_weights", "_share", "_active2", "_kv_tok", "_state")
 

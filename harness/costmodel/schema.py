@@ -108,6 +108,7 @@ class DecodeConfig:
     base_s: float | None = None
     per_seq_s: float | None = None
     per_token_s: float | None = None
+    batch_step_s: list[float] | None = None  # per_batch: step at zero context for batch 1..n
     hbm_efficiency: float | None = None
     overhead_s: float | None = None
     provenance: str = ""

@@ -104,6 +104,10 @@ def threshold_for_capacity(cfg: DictConfig, deployment: Deployment):
 
 def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     dep = cfg.deployment
+    if dep.get("builder"):  # a deployment kind with its own builder (e.g. aggregated)
+        from hydra.utils import get_method
+
+        return get_method(str(dep.builder))(cfg, clock, mode)
     local = dep.local
     require(local.instances >= 1, f"deployment.local.instances must be >= 1, got {local.instances}")
     # One object for the planner and the emulator: profiles at the planner's SLO, BS_max, decode step.

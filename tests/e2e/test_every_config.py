@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
+from hydra.utils import get_method, instantiate
 
 from harness.costmodel import build_profile
 from harness.schema import register_configs
@@ -50,6 +50,8 @@ def test_option_composes_and_builds(group, option):
         hardware = cfg.deployment.local.hardware
         profile = build_profile(cfg.model, hardware, gpus_per_instance=16)
         assert profile.prefill_s(8192) > 0 and profile.kv_bytes(8192) > 0
+    elif group == "deployment" and cfg.deployment.get("builder"):  # a kind with its own builder (aggregated)
+        assert callable(get_method(cfg.deployment.builder)) and cfg.deployment.instances >= 1
     elif group == "deployment":
         assert cfg.deployment.local.instances >= 1 and cfg.deployment.router is not None
 

@@ -173,7 +173,7 @@ def test_bad_csv_profiles_are_reported(tmp_path, compose_cfg, hardware, text, me
         (["model.profiles.h200.prefill.kind=spline"], "kind must be one of table, csv, polynomial, roofline"),
         (["model.profiles.h200.prefill.seconds=[0.44,0.72,0.5,7.4]"], "must not fall with length"),
         (["model.profiles.h20.prefill.coefficients=[1.0,-1e-4]"], "negative or not finite"),
-        (["model.profiles.h20.decode.kind=magic"], "decode.kind must be one of constant, linear, roofline"),
+        (["model.profiles.h20.decode.kind=magic"], "decode.kind must be one of constant, linear, per_batch, roofline"),
         (["model.measured_kv.interpolation=cubic"], "interpolation must be one of"),
         (["+model.profiles.h200.prefill.second=[1]"], r"unknown key 'second'; valid keys: kind, tokens, seconds"),
     ],

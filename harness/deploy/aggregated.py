@@ -1,0 +1,187 @@
+"""An aggregated deployment: engine instances that each prefill and decode on the same slots.
+
+Not PD-disaggregated: a request stays on one instance from its first prompt token to its last
+output token (see `aggregated_instance` for the step model). This is what a single-node engine
+such as llama.cpp's `llama-server` does, so the emulator can predict one, and users can set
+aggregated serving beside PD and PrfaaS-PD on the same workload.
+
+Each instance keeps its own prefix cache (block-level on the prompt's `hash_ids`, LRU, as the
+cluster pools of the PD deployments); an arriving request goes to the instance holding the longest
+cached prefix of it, ties to the least loaded. The prefix is looked up when the request is
+admitted to a slot (as the engine does), so a request queued behind the one computing its prefix
+finds it once it is shareable.
+
+Config (conf/deployment/aggregated.yaml): `name`, `hardware` (its `name` selects
+`model.profiles.<name>`), `gpus_per_instance`, `instances`, `slots` (the engine's parallel
+sequences, -np), `chunk_tokens` (prompt + decode tokens per engine step, the engine's n_batch;
+null: whole prompts in one step), `prefix_shared_after` (when a prompt's KV becomes a prefix other
+requests can reuse: `prefill`, as soon as it is computed, which is what llama-server showed (a
+request reused a prefix whose owners were all still decoding); or `finish`, when its request ends),
+`prefix_attention` (share of the cost model's attention-over-a-cached-prefix term that extending a
+cached prefix costs, in [0, 1]; 1: the cost model's `T(c + k) - T(c)`; an engine's own is measured by
+the validate_engine calibration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.clock import Clock
+from harness.costmodel import build_profile
+from harness.deploy.aggregated_instance import AggregatedInstance
+from harness.deploy.cache_pool import HybridCachePool
+from harness.deploy.job import Job
+from harness.errors import InputError, require
+from harness.workload.request import Request
+
+LOCAL = "local"
+KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
+        "prefix_shared_after", "prefix_attention")
+SHARED_AFTER = ("prefill", "finish")
+
+
+class AggregatedDeployment:
+    """The attributes `sim.run_sim` and `build_timeseries` read, plus submit / on_record / close."""
+
+    def __init__(self, *, name: str, clock: Clock, profile, instances: int, slots: int,
+                 chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
+                 cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
+                 prefix_attention: float = 1.0, mode: str = "sim") -> None:
+        self.name = name
+        self.shared_after = shared_after
+        self.mode = mode
+        self.clock = clock
+        self.profile = profile
+        self.prefix_cache = prefix_cache
+        self.instances = [
+            AggregatedInstance(f"agg{i}", clock, profile, slots=slots, chunk_tokens=chunk_tokens,
+                               admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish,
+                               prefix_attention=prefix_attention)
+            for i in range(instances)]
+        self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
+                                                 kv_bytes_per_token=profile.kv_bytes_per_token,
+                                                 state_bytes=profile.state_bytes,
+                                                 capacity_tokens=cache_capacity_tokens, exact_state_match=False)
+                      for inst in self.instances}
+        # What the PD deployments expose and the time series / run loop read.
+        self.decode = self.instances
+        self.cross_link = self.reverse_link = self.rdma_link = None
+        self.rebalancer = None
+        self.roles_log: list[tuple[float, int, int]] = [(clock.now(), 0, instances)]
+        self.evictions: list[tuple[float, int]] = []
+        self.in_flight: dict[int, Job] = {}
+        self.records: list[dict] = []
+        self.on_record: Callable[[dict], None] | None = None
+        self.on_first_token: Callable[[Job], None] | None = None
+        self.observers: list[Callable[[Job], None]] = []
+
+    # -- arrival ------------------------------------------------------------------------------
+    def _hit(self, instance: AggregatedInstance, request: Request) -> int:
+        if not self.prefix_cache or not request.hash_ids:
+            return 0
+        return self.pools[instance.name].lookup(request.hash_ids, request.input_tokens).ready_tokens
+
+    def submit(self, request: Request) -> Job:
+        job = Job(request, route=LOCAL)
+        self.in_flight[request.request_id] = job
+        if len(self.instances) == 1:
+            instance = self.instances[0]
+        else:
+            instance = max(self.instances, key=lambda i: (self._hit(i, request), -i.load))
+        for observe in self.observers:
+            observe(job)
+        instance.submit(job)
+        return job
+
+    def _on_admit(self, job: Job) -> None:
+        """A slot takes the request: its cached prefix is what the slot's engine finds now."""
+        request = job.request
+        if not self.prefix_cache or not request.hash_ids:
+            return
+        pool = self.pools[job.prefill_instance]
+        look = pool.lookup(request.hash_ids, request.input_tokens)
+        pool.record(look, request.input_tokens)
+        job.cached_tokens = job.cached_local_tokens = look.ready_tokens
+        job.cache_hit_tokens = look.hit_tokens
+        evicted = pool.insert(request.hash_ids, request.input_tokens, job.prefill_instance)
+        if evicted:
+            self.evictions.append((self.clock.now(), evicted))
+
+    def _shareable(self, job: Job) -> None:
+        request = job.request
+        if self.prefix_cache and request.hash_ids and job.error is None:
+            self.pools[job.prefill_instance].mark_ready(request.hash_ids, request.input_tokens)
+
+    def _on_first_token(self, job: Job) -> None:
+        if self.shared_after == "prefill":
+            self._shareable(job)
+        if self.on_first_token is not None:
+            self.on_first_token(job)
+
+    def tokens_done(self, job: Job) -> int:
+        if job.finish_s == job.finish_s:
+            return job.request.output_tokens if job.error is None else 0
+        for instance in self.instances:
+            if instance.name == job.decode_instance:
+                return instance.tokens_done(job, self.clock.now())
+        return 0
+
+    # -- records ------------------------------------------------------------------------------
+    def _finish(self, job: Job) -> None:
+        if self.shared_after == "finish":
+            self._shareable(job)
+        self.in_flight.pop(job.request.request_id, None)
+        record = job.record(self.name, self.mode)
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def close(self, reason: str = "run ended before the request completed") -> None:
+        """Record every request still in flight as failed (nothing sent goes unrecorded)."""
+        for instance in self.instances:
+            instance.drop_all()
+        for job in list(self.in_flight.values()):
+            job.error = reason
+            self._finish(job)
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
+    """Build from `cfg.deployment` (an aggregated one) and `cfg.model`; the planner is not involved."""
+    from harness.deploy.build import (
+        Built,  # the PD builder's result type (import here: no cycle)
+    )
+
+    dep = _plain(cfg.deployment)
+    for key in dep:
+        if key not in KEYS:
+            raise InputError(f"deployment {dep.get('name')!r}: unknown key {key!r}; valid keys: {', '.join(KEYS)}")
+    where = f"deployment {dep.get('name')!r}"
+    for key in ("instances", "slots", "gpus_per_instance"):
+        value = dep.get(key, 1)
+        require(isinstance(value, int) and value >= 1, f"{where}.{key} must be an integer >= 1, got {value!r}")
+    chunk = dep.get("chunk_tokens")
+    require(chunk is None or (isinstance(chunk, int) and chunk >= 1),
+            f"{where}.chunk_tokens must be an integer >= 1 or null (whole prompts), got {chunk!r}")
+    shared_after = dep.get("prefix_shared_after", "prefill")
+    require(shared_after in SHARED_AFTER,
+            f"{where}.prefix_shared_after must be one of {', '.join(SHARED_AFTER)}, got {shared_after!r}")
+    attention = dep.get("prefix_attention", 1.0)
+    require(isinstance(attention, (int, float)) and 0.0 <= attention <= 1.0,
+            f"{where}.prefix_attention must be a number in [0, 1], got {attention!r}")
+    require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
+    profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
+    instances = int(dep.get("instances", 1))
+    cache = cfg.get("cache") or {}
+    deployment = AggregatedDeployment(
+        name=str(dep["name"]), clock=clock, profile=profile, instances=instances, slots=int(dep["slots"]),
+        chunk_tokens=chunk, block_tokens=int(cfg.workload.get("block_tokens", 512)),
+        prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
+        shared_after=shared_after, prefix_attention=float(attention), mode=mode)
+    return Built(deployment, None, None, 0, 0, instances)

@@ -1,0 +1,195 @@
+"""An aggregated engine instance: prefill and decode on the same slots, continuous batching.
+
+This is how a single-node engine such as llama.cpp's `llama-server` serves: at most `slots`
+requests are admitted (the rest wait FIFO); every engine step runs one decode token for each
+admitted request that has its first token, plus prompt tokens of admitted requests still
+prefilling, up to `chunk_tokens` tokens in the step (the engine's batch, n_batch; null: whole
+prompts). Prompt chunks go to requests in admission order. A step's time comes from the profile:
+
+    step_s = base + sum over prefilling requests of [T(c + k) - T(c)]
+
+where a request has `c` prompt tokens already in its KV (cached prefix or earlier chunks) and `k`
+in this step, `T` is the prefill curve, and `base` is the larger of `T(0)` (the fixed per-pass
+cost) and the decode step `decode_step_s(b, context)` of the `b` decoding requests (`T(0)` when
+none decodes). A step without prompt work is the decode step alone. A lone
+request's time to first token is therefore exactly `prefill_s(new, cached)`.
+
+A request's first token comes out of the step that finishes its prompt; each later token, one
+step. Between membership changes (no request prefilling, none admissible) the batch is fixed, so
+a whole run of decode steps is one timer (step time at the run's mean context); an arrival that
+can be admitted cuts it at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+from harness.clock import Clock, Timer
+from harness.deploy.job import Job
+
+_EPS = 1e-9
+
+
+class _Seq:
+    """An admitted request: prompt tokens left to compute, context in KV, tokens emitted."""
+
+    __slots__ = ("context", "emitted", "job", "prefill_left")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.prefill_left = job.request.input_tokens - job.cached_tokens
+        self.context = job.cached_tokens
+        self.emitted = 0
+
+
+class AggregatedInstance:
+    def __init__(self, name: str, clock: Clock, profile, *, slots: int, chunk_tokens: int | None,
+                 admit: Callable[[Job], None], on_first_token: Callable[[Job], None],
+                 on_done: Callable[[Job], None], prefix_attention: float = 1.0) -> None:
+        self.name = name
+        self.clock = clock
+        self.profile = profile
+        self.bs_max = slots  # what the time series calls decode slots
+        self.chunk_tokens = chunk_tokens
+        self.prefix_attention = prefix_attention
+        self._admit_hook = admit  # the deployment looks the prefix cache up at admission
+        self.on_first_token = on_first_token
+        self.on_done = on_done
+        self.queue: deque[Job] = deque()
+        self.running: list[_Seq] = []
+        self._t0 = float(profile.prefill_s(0, 0))
+        self._timer: Timer | None = None
+        self._seg_start = 0.0  # the current segment: `_seg_steps` steps of `_seg_dt` from `_seg_start`
+        self._seg_dt = 0.0
+        self._seg_steps = 0
+        self._seg_chunks: list[tuple[_Seq, int]] = []  # prompt tokens per request in a prefill step
+        self.steps = 0
+        self.busy_s = 0.0
+
+    @property
+    def load(self) -> int:
+        return len(self.running) + len(self.queue)
+
+    # -- arrival ------------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        job.prefill_instance = job.decode_instance = self.name
+        self.queue.append(job)
+        if self._timer is None:  # idle: start at once, after any other arrival at this instant
+            self._timer = self.clock.call_at(self.clock.now(), self._plan)
+            self._seg_steps = 0
+        elif len(self.running) < self.bs_max and self._seg_steps > 1:
+            self._cut()
+
+    def _cut(self) -> None:
+        """End the current run of decode steps at the next step boundary (a request can join)."""
+        now = self.clock.now()
+        k = max(1, math.ceil((now - self._seg_start) / self._seg_dt - _EPS))
+        if k >= self._seg_steps:
+            return
+        self._timer.cancel()
+        self._seg_steps = k
+        self._timer = self.clock.call_at(self._seg_start + k * self._seg_dt, self._end_segment)
+
+    # -- stepping -----------------------------------------------------------------------------
+    def _marginal(self, context: int, tokens: int) -> float:
+        """Prompt work of `tokens` tokens on `context` tokens in KV. The cost model charges
+        T(c + k) - T(c); `prefix_attention` < 1 charges only that share of what this exceeds a fresh
+        prompt's T(k) - T(0) by (the attention over the prefix), as measured on an engine."""
+        full = self.profile.prefill_s(tokens, context) - self._t0
+        if context == 0 or self.prefix_attention == 1.0:
+            return full
+        fresh = self.profile.prefill_s(tokens, 0) - self._t0
+        return fresh + self.prefix_attention * (full - fresh)
+
+    def _plan(self) -> None:
+        """Admit what fits, then start the next segment (one prefill step, or a run of decode steps)."""
+        now = self.clock.now()
+        while self.queue and len(self.running) < self.bs_max:
+            job = self.queue.popleft()
+            self._admit_hook(job)
+            job.prefill_start_s = now
+            self.running.append(_Seq(job))
+        if not self.running:
+            self._timer = None
+            return
+        decoders = [s for s in self.running if s.prefill_left == 0]
+        context = sum(s.context for s in decoders)
+        prefilling = [s for s in self.running if s.prefill_left > 0]
+        if prefilling:
+            base = max(self._t0, self.profile.decode_step_s(len(decoders), context)) if decoders else self._t0
+            budget = math.inf if self.chunk_tokens is None else max(1, self.chunk_tokens - len(decoders))
+            chunks, work = [], 0.0
+            for seq in prefilling:
+                if budget <= 0:
+                    break
+                k = int(min(seq.prefill_left, budget))
+                budget -= k
+                chunks.append((seq, k))
+                work += self._marginal(seq.context, k)
+            self._seg_chunks = chunks
+            self._start(now, base + work, 1)
+            return
+        self._seg_chunks = []
+        steps = min(s.job.request.output_tokens - s.emitted for s in decoders)
+        # Context grows by one token per decoder per step: the run's mean context (exact for a
+        # step linear in context).
+        mid = context + len(decoders) * (steps - 1) / 2.0
+        dt = self.profile.decode_step_s(len(decoders), mid)
+        self._start(now, dt, steps)
+
+    def _start(self, now: float, dt: float, steps: int) -> None:
+        self._seg_start, self._seg_dt, self._seg_steps = now, dt, steps
+        self._timer = self.clock.call_at(now + steps * dt, self._end_segment)
+
+    def _end_segment(self) -> None:
+        now = self.clock.now()
+        steps = self._seg_steps
+        self.steps += steps
+        self.busy_s += steps * self._seg_dt
+        self._timer = None
+        done: list[Job] = []
+        for seq in self.running:
+            if seq.prefill_left == 0 and seq.emitted >= 1:
+                seq.emitted += steps
+                seq.context += steps
+        for seq, k in self._seg_chunks:
+            seq.prefill_left -= k
+            seq.context += k
+            if seq.prefill_left == 0:
+                seq.emitted = 1
+                job = seq.job
+                job.first_token_s = job.prefill_end_s = job.kv_ready_s = now
+                self.on_first_token(job)
+        self._seg_chunks = []
+        keep = []
+        for seq in self.running:
+            if seq.emitted >= seq.job.request.output_tokens:
+                seq.job.finish_s = now
+                done.append(seq.job)
+            else:
+                keep.append(seq)
+        self.running = keep
+        self._plan()
+        for job in done:
+            self.on_done(job)
+
+    # -- live mode ----------------------------------------------------------------------------
+    def tokens_done(self, job: Job, now: float) -> int:
+        for seq in self.running:
+            if seq.job is job:
+                if seq.emitted == 0 or self._seg_chunks or self._seg_dt <= 0:
+                    return seq.emitted
+                k = math.floor((now - self._seg_start) / self._seg_dt + _EPS)
+                return min(job.request.output_tokens, seq.emitted + max(0, min(k, self._seg_steps)))
+        return 0
+
+    def drop_all(self) -> list[Job]:
+        """Everything admitted or queued (for the deployment's close)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        jobs = [s.job for s in self.running] + list(self.queue)
+        self.running, self.queue = [], deque()
+        return jobs

@@ -1,0 +1,266 @@
+"""`python -m harness -m experiment=validate_engine`: predict a real engine, then measure it.
+
+The suite's jobs are the emulator's runs (sim mode, `deployment=aggregated`), one per load in
+`experiment.load_fraction`; this Hydra callback does the rest around them, in order:
+
+1. start the engine (llama-server built by `make engine`) unless `target.url` names one;
+2. calibration: the profile file `experiment.profile` (e.g. from harness-profile), or else the
+   built-in probe calibration (`calibrate.py`): probe prompts only, never the validation workload;
+   every probe round and fit is written to `<sweep>/calibration/<tag>/`;
+3. the emulator's capacity on the validation workload (a sim saturation run with the first fit),
+   so the loads are fractions of what the emulator predicts it can carry;
+4. for each load, before its sim job: the engine at that load (`mode=url`, run directory
+   `<sweep>/engine/load<i>`), so engine and emulator runs interleave; with
+   `experiment.recalibrate`, a probe round follows each engine run and that load's emulator run
+   uses the fit of the two probe rounds around it (the machine's speed drifts within minutes);
+5. at the end: `validation.parquet` (load_rps, metric, measured, predicted, rel_error),
+   `validation.json` (the profiles, their calibration provenance, capacity, run directories) and
+   `ttft_cdf.png`.
+
+The jobs read the calibrated profile and their rate through two resolvers registered here
+(`${validate_profiles:}`, `${validate_rate:<fraction>}`), set in step 2 and 3.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.errors import EXIT_BAD_INPUT, InputError
+
+_STATE: dict[str, Any] = {}
+
+
+def _rate(fraction: Any) -> float:
+    if "capacity_rps" not in _STATE:
+        raise InputError("experiment=validate_engine is a suite: run it with -m (python -m harness -m "
+                         "experiment=validate_engine); its rates are fractions of a capacity measured first")
+    return float(float(fraction) * _STATE["capacity_rps"])
+
+
+def _profiles() -> dict:
+    if "profiles" not in _STATE:
+        raise InputError("experiment=validate_engine: no calibrated profile yet (run the suite with -m)")
+    return copy.deepcopy(_STATE["profiles"])
+
+
+def _prefix_attention() -> float:
+    return float(_STATE.get("prefix_attention", 1.0))
+
+
+def _offset(fraction: Any) -> int:
+    """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
+    return round(float(fraction) * 1000) * 10_000_000
+
+
+for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
+                   ("validate_prefix_attention", _prefix_attention)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _fn)
+
+
+def _task_cfg(config: DictConfig) -> DictConfig:
+    cfg = copy.deepcopy(config)
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return cfg
+
+
+class ValidateCallback(Callback):
+    def __init__(self) -> None:
+        self.engine = None
+        self.url = ""
+        self.sweep_dir = Path(".")
+        self.runs: list[dict[str, Any]] = []
+        self.rounds: list[dict] = []  # probe rounds, in time order
+        self.meta: dict[str, Any] = {}
+
+    # -- before the jobs ----------------------------------------------------------------------
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._prepare(config)
+        except InputError as err:  # Hydra turns a callback's exception into a warning: stop here instead
+            self._abort(f"error: {err}", EXIT_BAD_INPUT)
+        except Exception as err:  # noqa: BLE001 (the engine is stopped and the run ends with one line)
+            self._abort(f"error: validate_engine could not start: {type(err).__name__}: {err}", 1)
+
+    def _abort(self, message: str, status: int) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+        print(message, file=sys.stderr, flush=True)
+        raise SystemExit(status)
+
+    def _prepare(self, config: DictConfig) -> None:
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.url = str(config.target.url) if config.target.url else ""
+        if self.url:
+            self.meta["engine"] = {"url": self.url, "started_here": False}
+        else:
+            self._start_engine(config)
+        print(f"engine at {self.url}", flush=True)
+        self._calibrate(config)
+        self._capacity(config)
+
+    def _start_engine(self, config: DictConfig) -> None:
+        from harness.engine.build import BuildError, ensure_engine
+        from harness.engine.server import start_server
+
+        eng = config.experiment.engine
+        if eng.binary and eng.model:
+            binary, model, version = Path(str(eng.binary)), Path(str(eng.model)), "given"
+            for key, path in (("binary", binary), ("model", model)):
+                if not path.is_file():
+                    raise InputError(f"experiment.engine.{key}={path}: no such file")
+        else:
+            try:
+                built = ensure_engine()  # cached by `make engine`; builds (~10 min) when missing
+            except BuildError as err:
+                raise InputError(f"experiment=validate_engine: no engine ({err}); run `make engine` or set "
+                                 f"target.url=http://HOST:PORT") from err
+            binary, model, version = built.binary, built.model, built.version
+        extra = ["-b", str(int(eng.batch_tokens))] if eng.batch_tokens else []
+        self.engine = start_server(binary, model, self.sweep_dir / "engine.log", slots=int(config.deployment.slots),
+                                   threads=int(eng.threads), context=int(eng.context_tokens), extra=extra)
+        atexit.register(self.engine.stop)  # whatever ends the run, the engine goes with it
+        self.url = self.engine.url
+        self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": version,
+                               "args": self.engine.args, "started_here": True}
+
+    def _calibrate(self, config: DictConfig) -> None:
+        exp = config.experiment
+        hw = str(config.deployment.hardware.name)
+        out = self.sweep_dir / "calibration"
+        out.mkdir(exist_ok=True)
+        if exp.profile:
+            path = Path(str(exp.profile))
+            if not path.is_file():
+                raise InputError(f"experiment.profile={path}: no such file (a model YAML with profiles.{hw})")
+            node = yaml.safe_load(path.read_text()) or {}
+            profiles = node.get("profiles") or {}
+            if hw not in profiles:
+                raise InputError(f"experiment.profile={path}: no profiles.{hw} block; it has {sorted(profiles)}")
+            self.meta["calibration"] = {"source": "profile file", "profile_file": str(path.resolve()),
+                                        "validation_workload_used": False,
+                                        "provenance": {k: profiles[hw].get(k, {}).get("provenance", "")
+                                                       for k in ("prefill", "decode")}}
+            _STATE["profiles"] = {hw: profiles[hw]}
+        else:
+            self.meta["calibration"] = {"source": "built-in probes (harness/validation/calibrate.py)",
+                                        "probe_lengths": list(exp.calibration.lengths),
+                                        "decode_batches": list(exp.calibration.batches),
+                                        "decode_prompt_tokens": list(exp.calibration.decode_prompts),
+                                        "recalibrate": bool(exp.recalibrate), "validation_workload_used": False,
+                                        "rounds": []}
+            self._probe_round(config, "start")
+            self._fit(config, [self.rounds[0]], "start")
+        self.meta["profile_file"] = str(out / "start" / "profile.yaml") if not exp.profile else str(exp.profile)
+
+    def _probe_round(self, config: DictConfig, tag: str) -> None:
+        """Probe the engine now (probe prompts only); the raw rows go to calibration/<tag>/probes.json."""
+        from harness.validation.calibrate import probe
+
+        cal = config.experiment.calibration
+        t0 = time.monotonic()
+        raw = probe(self.url, lengths=list(cal.lengths), repeats=int(cal.repeats), batches=list(cal.batches),
+                    decode_prompts=list(cal.decode_prompts), decode_tokens=int(cal.decode_tokens),
+                    seed=int(cal.seed) + len(self.rounds), cached_prefixes=list(cal.cached_prefixes),
+                    cached_new=list(cal.cached_new))
+        out = self.sweep_dir / "calibration" / tag
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "probes.json").write_text(json.dumps(raw, indent=1))
+        self.rounds.append(raw)
+        self.meta["calibration"]["rounds"].append({"tag": tag, "wall_s": time.monotonic() - t0,
+                                                   "at": time.strftime("%H:%M:%SZ", time.gmtime())})
+
+    def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
+        from harness.validation.calibrate import fit, fit_prefix_attention
+
+        profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
+                       source=f"llama-server at {self.url}, probe rounds {tag}",
+                       decode_kind=str(config.experiment.calibration.decode_kind))
+        _STATE["profiles"] = profiles
+        coefficients = next(iter(profiles.values()))["prefill"]["coefficients"]
+        gamma, residual = fit_prefix_attention(rounds, coefficients)
+        _STATE["prefix_attention"] = gamma
+        self.meta.setdefault("prefix_attention", {})[tag] = {
+            "value": gamma, "relative_rms_residual": residual,
+            "provenance": "[M] fitted to TTFT of new tokens on a cached probe prefix "
+                          f"({list(config.experiment.calibration.cached_prefixes)} x "
+                          f"{list(config.experiment.calibration.cached_new)} tokens), probe rounds {tag}"}
+        out = self.sweep_dir / "calibration" / tag
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))
+        self.meta.setdefault("profiles", {})[tag] = profiles
+
+
+    def _capacity(self, config: DictConfig) -> None:
+        from harness.sim import run_sim
+
+        cfg = _task_cfg(config)
+        with open_dict(cfg):
+            cfg.loadgen.rate_rps = None
+            cfg.loadgen.concurrency = int(cfg.experiment.saturation_concurrency)
+            cfg.loadgen.progress = False
+        result = run_sim(cfg)
+        frame = result.requests
+        done = frame[frame["error"].isna()]
+        span = float(done["finish_s"].max())
+        _STATE["capacity_rps"] = float(len(done) / span) if span > 0 else math.nan
+        self.meta["capacity_rps"] = _STATE["capacity_rps"]
+        self.meta["capacity_run"] = {"concurrency": int(cfg.loadgen.concurrency), "requests": len(frame)}
+        print(f"emulator capacity on this workload: {_STATE['capacity_rps']:.3f} req/s", flush=True)
+
+    # -- around each job ----------------------------------------------------------------------
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.analysis.summary import write_run
+        from harness.loadgen.run import run_url, write_extras
+
+        fraction = float(config.experiment.load_fraction)
+        index = len(self.runs)
+        cfg = _task_cfg(config)
+        with open_dict(cfg):
+            cfg.mode = "url"
+            cfg.target.url = self.url
+            cfg.target.name = "engine"
+            cfg.loadgen.progress = False
+            cfg.analysis.figures = False
+        out = self.sweep_dir / "engine" / f"load{index}"
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            result = run_url(cfg)
+        except Exception as err:  # noqa: BLE001 (see on_multirun_start)
+            self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
+        write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
+        write_extras(out, result)
+        run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
+               "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
+        if self.rounds and bool(config.experiment.recalibrate):
+            # Probes again after this load; the emulator's run for it uses the probes that bracket it
+            # in time (before and after), so machine drift moves prediction and measurement alike.
+            tag = f"load{index}"
+            self._probe_round(config, f"after_{tag}")
+            self._fit(config, self.rounds[-2:], tag)
+            run["profile"] = tag
+        self.runs.append(run)
+
+    # -- after --------------------------------------------------------------------------------
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.validation.compare import write_validation
+
+        if self.engine is not None:
+            self.engine.stop()
+        if not self.runs:
+            return
+        table = write_validation(self.sweep_dir, self.runs, self.meta, OmegaConf.to_container(config.experiment))
+        print(table, flush=True)

@@ -1,0 +1,56 @@
+"""The validate_engine suite end to end on a tiny design against the engine fixture (bounded: ~1 min).
+
+Checks the pipeline, not the accuracy (the machine is shared and noisy: benchmarks/bench_validate.py
+and the README report the full validation): one row per load x metric with the contract's columns,
+the calibration kept apart from the validation runs, and engine and emulator runs interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experiment.saturation_concurrency=8",
+        "experiment.calibration.lengths=[64,256,512]", "experiment.calibration.repeats=1",
+        "experiment.calibration.batches=[1,2]", "experiment.calibration.decode_prompts=[64,256]",
+        "experiment.calibration.decode_tokens=24", "workload.output_lengths.high=32", "workload.output_lengths.mu=3.0",
+        "workload.input_lengths.high=512", "workload.shared_prompt_tokens=512",
+        "experiment.calibration.cached_prefixes=[256]", "experiment.calibration.cached_new=[64]"]
+
+
+def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "harness", "-m", "experiment=validate_engine",
+                           f"target.url={engine_url}", f"hydra.sweep.dir={sweep}",
+                           "hydra.sweep.subdir=${hydra.job.num}", *TINY],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_parquet(sweep / "validation.parquet")
+    assert {"load_rps", "metric", "measured", "predicted", "rel_error"} <= set(frame.columns)
+    metrics = {"throughput_rps", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s"}
+    assert metrics <= set(frame["metric"])
+    assert frame.groupby("load_rps")["metric"].apply(lambda m: m.is_unique).all()
+    assert frame["load_rps"].nunique() == 2
+    assert len(frame) == 2 * frame["metric"].nunique()
+    assert (frame["measured"] > 0).all() and (frame["predicted"] > 0).all()
+    # rel_error is (predicted - measured) / measured, row by row
+    assert ((frame["predicted"] - frame["measured"]) / frame["measured"]).sub(frame["rel_error"]).abs().max() < 1e-9
+    side = json.loads((sweep / "validation.json").read_text())
+    assert side["calibration"]["validation_workload_used"] is False
+    assert Path(side["profile_file"]).is_file() and side["capacity_rps"] > 0
+    runs = side["runs"]
+    # engine and emulator at the same load saw the same requests; the engine ran first at each load
+    for run in runs:
+        eng = pd.read_parquet(Path(run["engine_dir"]) / "requests.parquet")
+        sim = pd.read_parquet(Path(run["sim_dir"]) / "requests.parquet")
+        assert sorted(eng["input_tokens"]) == sorted(sim["input_tokens"]) and len(eng) == 8
+        assert eng["error"].isna().all()
+    stamps = [Path(run[key]) / "summary.parquet" for run in runs for key in ("engine_dir", "sim_dir")]
+    mtimes = [p.stat().st_mtime for p in stamps]
+    assert mtimes == sorted(mtimes)  # engine load 1, emulator load 1, engine load 2, ...
+    assert (sweep / "ttft_cdf.png").stat().st_size > 0
