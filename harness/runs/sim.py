@@ -82,11 +82,18 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     SIGINT/SIGTERM stop the run: every request already sent is recorded (the unfinished ones as
     interrupted) and the result says how far it got (`meta["interrupted"]`, `meta["offered"]`).
     """
-    offer = make_offer(cfg)
+    offer = make_offer(cfg, stream=True)
     requests, concurrency = offer.requests, offer.concurrency
     clock = VirtualClock()
     built = build(cfg, clock, mode="sim")
     deployment = built.deployment
+    # Bounded memory: with a run directory the records live in its parts only (read back at the
+    # end); an unbounded prefix pool keeps no blocks of a workload whose block ids are never shared.
+    deployment.keep_records = run_dir is None
+    if offer.unique_blocks and all(pool.capacity_bytes == math.inf for pool in deployment.pools.values()):
+        for pool in deployment.pools.values():
+            pool.forget_blocks()
+    recorded = 0
 
     streams = streams_from(cfg, run_dir, "requests")
     stream = streams["requests"]
@@ -94,6 +101,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
     def on_record(record: dict) -> None:
+        nonlocal recorded
+        recorded += 1
         bar.update(1)
         stream.add(record)
 
@@ -119,7 +128,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     finally:
         bar.close()
 
-    frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+    frame = (requests_frame(deployment.records) if deployment.keep_records else stream.read()).sort_values(
+        "request_id", ignore_index=True)
     finishes = frame["finish_s"].dropna()
     t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
     timeseries = build_timeseries(
@@ -143,7 +153,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "seed": cfg.workload.get("seed"),
         "sim_events": clock.events_run,
         "interrupted": interrupted,
-        "offered": len(deployment.records),
+        "offered": recorded,
         "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
