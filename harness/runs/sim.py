@@ -24,7 +24,7 @@ from harness.analysis.timeseries import build_timeseries
 from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.runs.offer import make_offer
-from harness.runs.recording import RecordStream, stop_on_signals, streams_from
+from harness.runs.recording import RecordStream, read_columns, stop_on_signals, streams_from, writing_to
 from harness.workload.request import Request
 
 
@@ -35,6 +35,13 @@ class RunResult:
     meta: dict[str, Any]
     streams: dict[str, RecordStream] = field(default_factory=dict, repr=False)  # streamed parts to discard
     extras: dict[str, pd.DataFrame] = field(default_factory=dict)  # more files of the run (chunks, warmup)
+    requests_written: bool = False  # requests.parquet is in place; `requests` holds the columns analysis reads
+
+
+# Columns of requests.parquet no summary, time series or figure reads: a long run's analysis frame
+# leaves them out (they are in the file).
+_NOT_ANALYSED = ("mode", "session_id", "prefill_instance", "decode_instance", "fetched_tokens", "fetch_bytes",
+                 "scheduled_s", "sent_s")
 
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], stop_s: float | None) -> None:
@@ -128,8 +135,14 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     finally:
         bar.close()
 
-    frame = (requests_frame(deployment.records) if deployment.keep_records else stream.read()).sort_values(
-        "request_id", ignore_index=True)
+    written = False
+    if deployment.keep_records:
+        frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+    else:  # bounded memory: the whole file from the parts, then only the columns analysis reads
+        with writing_to(stream.path):
+            written = stream.write_sorted("request_id")
+        frame = read_columns(stream.path, _NOT_ANALYSED) if written else \
+            stream.read().sort_values("request_id", ignore_index=True)
     finishes = frame["finish_s"].dropna()
     t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
     timeseries = build_timeseries(
@@ -158,4 +171,4 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
-    return RunResult(frame, timeseries, meta, streams)
+    return RunResult(frame, timeseries, meta, streams, requests_written=written)
