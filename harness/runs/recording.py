@@ -200,9 +200,10 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
 
 
 def read_columns(path: Path, drop: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A Parquet file's frame without the columns in `drop` (those it has)."""
+    """A Parquet file's frame without the columns in `drop` (those it has), as `pd.read_parquet` reads
+    it; Arrow's buffers are released column by column as the frame is built."""
     names = [n for n in pq.read_schema(path).names if n not in drop]
-    return pd.read_parquet(path, columns=names)
+    return pq.read_table(path, columns=names).to_pandas(split_blocks=True, self_destruct=True)
 
 
 @contextmanager
