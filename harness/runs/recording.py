@@ -196,14 +196,21 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        pa.default_memory_pool().release_unused()
     return True
 
 
-def read_columns(path: Path, drop: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A Parquet file's frame without the columns in `drop` (those it has), as `pd.read_parquet` reads
-    it; Arrow's buffers are released column by column as the frame is built."""
-    names = [n for n in pq.read_schema(path).names if n not in drop]
-    return pq.read_table(path, columns=names).to_pandas(split_blocks=True, self_destruct=True)
+def read_columns(path: Path, drop: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """A Parquet file's frame (the columns in `only`, else all but those in `drop`), equal to what
+    `pd.read_parquet` reads, built one column at a time so Arrow's buffers are freed as it goes."""
+    names = [n for n in pq.read_schema(path).names if n not in drop and (only is None or n in only)]
+    source = pq.ParquetFile(path)
+    pool = pa.default_memory_pool()
+    columns = {}
+    for name in names:
+        columns[name] = source.read(columns=[name]).to_pandas(self_destruct=True)[name]  # dtypes from pandas metadata
+        pool.release_unused()
+    return pd.DataFrame(columns, copy=False) if columns else pd.read_parquet(path, columns=[])
 
 
 @contextmanager

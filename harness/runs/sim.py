@@ -10,6 +10,7 @@ one timer at a time, so the event heap stays small however long the trace. Recor
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,9 @@ class RunResult:
 # leaves them out (they are in the file).
 _NOT_ANALYSED = ("mode", "session_id", "prefill_instance", "decode_instance", "fetched_tokens", "fetch_bytes",
                  "scheduled_s", "sent_s")
+# The columns build_timeseries reads (read first, alone, while the emulator's link log is still held).
+_TIMESERIES_READS = ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_s", "first_token_s", "finish_s",
+                     "route", "cache_hit_tokens")
 
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], stop_s: float | None) -> None:
@@ -138,10 +142,10 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     written = False
     if deployment.keep_records:
         frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
-    else:  # bounded memory: the whole file from the parts, then only the columns analysis reads
+    else:  # bounded memory: the whole file from the parts, then only the columns each step reads
         with writing_to(stream.path):
             written = stream.write_sorted("request_id")
-        frame = read_columns(stream.path, _NOT_ANALYSED) if written else \
+        frame = read_columns(stream.path, only=_TIMESERIES_READS) if written else \
             stream.read().sort_values("request_id", ignore_index=True)
     finishes = frame["finish_s"].dropna()
     t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
@@ -171,4 +175,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
+    if written:  # the emulator's state (link log, pools) is no longer needed: the summary's columns next
+        del frame, deployment, built, clock, offer, requests, on_record
+        gc.collect()  # the deployment's instances and timers refer to one another
+        frame = read_columns(stream.path, drop=_NOT_ANALYSED)
     return RunResult(frame, timeseries, meta, streams, requests_written=written)
