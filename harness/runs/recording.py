@@ -169,7 +169,7 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
     for part in parts:
         if not pq.read_schema(part).equals(schema, check_metadata=False):
             return False
-        keys.append(pq.read_table(part, columns=[key]).column(key).to_numpy())
+        keys.append(pq.read_table(part, columns=[key], use_threads=False).column(key).to_numpy())
     every = np.concatenate(keys)
     if every.dtype.kind not in "iu" or len(np.unique(every)) != len(every):
         return False
@@ -183,7 +183,7 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
         with pq.ParquetWriter(tmp, schema) as writer:
             pending = None
             for i, part in enumerate(parts):
-                table = pq.read_table(part).replace_schema_metadata(schema.metadata)
+                table = pq.read_table(part, use_threads=False).replace_schema_metadata(schema.metadata)
                 pending = table if pending is None else pa.concat_tables([pending, table])
                 bound = later_min[i + 1]
                 ready = pending.filter(pc.less(pending.column(key), bound)) if math.isfinite(bound) else pending
@@ -193,6 +193,8 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
                     pending = None
                 if ready.num_rows:
                     writer.write_table(ready.take(pc.sort_indices(ready, [(key, "ascending")])))
+                del table, ready
+                pa.default_memory_pool().release_unused()
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -39,10 +39,11 @@ class RunResult:
     requests_written: bool = False  # requests.parquet is in place; `requests` holds the columns analysis reads
 
 
-# Columns of requests.parquet no summary, time series or figure reads: a long run's analysis frame
-# leaves them out (they are in the file).
-_NOT_ANALYSED = ("mode", "session_id", "prefill_instance", "decode_instance", "fetched_tokens", "fetch_bytes",
-                 "scheduled_s", "sent_s")
+# The columns the summary, its vLLM-named keys and the per-run figures read (harness/analysis/metrics.py,
+# summary.py, plots.py): a long run's analysis frame holds only these (the file has every column).
+_SUMMARY_READS = ("deployment", "arrival_s", "input_tokens", "output_tokens", "cached_tokens", "cache_hit_tokens",
+                  "route", "finish_s", "ttft_s", "tpot_s", "e2e_s", "kv_bytes_sent", "error", "interrupted",
+                  "lateness_s")
 # The columns build_timeseries reads (read first, alone, while the emulator's link log is still held).
 _TIMESERIES_READS = ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_s", "first_token_s", "finish_s",
                      "route", "cache_hit_tokens")
@@ -178,5 +179,5 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     if written:  # the emulator's state (link log, pools) is no longer needed: the summary's columns next
         del frame, deployment, built, clock, offer, requests, on_record
         gc.collect()  # the deployment's instances and timers refer to one another
-        frame = read_columns(stream.path, drop=_NOT_ANALYSED)
+        frame = read_columns(stream.path, only=_SUMMARY_READS)
     return RunResult(frame, timeseries, meta, streams, requests_written=written)
