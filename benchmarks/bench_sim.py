@@ -27,8 +27,8 @@ from hydra import compose, initialize_config_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's harness, not an installed one
 
-from harness.schema import register_configs  # noqa: E402
-from harness.sim import run_sim  # noqa: E402
+from harness.schema import register_configs
+from harness.sim import run_sim
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 

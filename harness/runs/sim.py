@@ -25,7 +25,13 @@ from harness.analysis.timeseries import build_timeseries
 from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.runs.offer import make_offer
-from harness.runs.recording import RecordStream, read_columns, stop_on_signals, streams_from, writing_to
+from harness.runs.recording import (
+    RecordStream,
+    read_columns,
+    stop_on_signals,
+    streams_from,
+    writing_to,
+)
 from harness.workload.request import Request
 
 

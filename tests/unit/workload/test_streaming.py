@@ -10,7 +10,7 @@ from harness.workload.lengths import Empirical, Fixed, TruncatedLogNormal, Unifo
 from harness.workload.request import Request, n_blocks
 from harness.workload.synthetic import FixedWorkload, RequestStream, SyntheticWorkload
 
-PAPER = dict(input_lengths=TruncatedLogNormal(9.90, 1.00, 128, 131072), output_lengths=Fixed(1024))
+PAPER = {"input_lengths": TruncatedLogNormal(9.90, 1.00, 128, 131072), "output_lengths": Fixed(1024)}
 
 
 def _one_shot(workload: SyntheticWorkload, rate_rps=None) -> list[Request]:
@@ -64,7 +64,7 @@ def test_stream_index_out_of_range():
     stream = SyntheticWorkload(**PAPER, arrivals=Poisson(2.0), num_requests=3, seed=0).stream()
     with pytest.raises(IndexError):
         stream[3]
-    assert stream[-3] == list(stream)[0]
+    assert stream[-3] == next(iter(stream))
 
 
 def test_stream_keeps_only_numbers_until_read():
