@@ -6,7 +6,7 @@ functions accept a DictConfig, a plain mapping, or an already-built workload obj
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -55,14 +55,6 @@ def instantiate_workload(workload_cfg: Any) -> Workload:
 def build_workload(workload_cfg: Any, rate_rps: float | None = None) -> list[Request]:
     """The workload's requests; `rate_rps`, when given, replaces its arrival process's mean rate."""
     return instantiate_workload(workload_cfg).generate(rate_rps)
-
-
-def stream_workload(workload_cfg: Any, rate_rps: float | None = None) -> Sequence[Request]:
-    """The same requests as `build_workload`, built a chunk at a time as they are read when the
-    workload can (synthetic: harness/workload/synthetic.py RequestStream), else its list."""
-    workload = instantiate_workload(workload_cfg)
-    stream = getattr(workload, "stream", None)
-    return stream(rate_rps) if callable(stream) else workload.generate(rate_rps)
 
 
 def input_length_distribution(workload_cfg: Any) -> tuple[np.ndarray, np.ndarray]:
