@@ -218,15 +218,19 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
 
 def write_run(run_dir: str | os.PathLike[str], requests_df: pd.DataFrame | Iterable[Mapping[str, Any]],
               timeseries_df: pd.DataFrame | Iterable[Mapping[str, Any]] | None, meta: Mapping[str, Any],
-              analysis_cfg: Any = None) -> dict[str, Any]:
+              analysis_cfg: Any = None, requests_written: bool = False) -> dict[str, Any]:
     """Write requests/timeseries/summary .parquet and summary.json (and per-run figures when the
-    config says so) into run_dir; return the summary."""
+    config says so) into run_dir; return the summary.
+
+    `requests_written`: requests.parquet is already in place (a long sim run writes it from its
+    parts in bounded memory) and `requests_df`, read back from it, holds the columns analysis reads."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    req = requests_frame(requests_df)
+    req = requests_df if requests_written else requests_frame(requests_df)
     ts = timeseries_frame(timeseries_df if timeseries_df is not None else [])
     summary = summarize(req, ts, meta, analysis_cfg)
-    write_parquet(req, run_dir / "requests.parquet")
+    if not requests_written:
+        write_parquet(req, run_dir / "requests.parquet")
     write_parquet(ts, run_dir / "timeseries.parquet")
     write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
     write_json({**summary, **vllm_names(summary, req, percentiles_of(analysis_cfg))}, run_dir / "summary.json")

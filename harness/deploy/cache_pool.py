@@ -147,3 +147,21 @@ class HybridCachePool:
 
     def __len__(self) -> int:
         return len(self._lru)
+
+    def forget_blocks(self) -> None:
+        """Store no blocks from now on: for workloads whose block ids are never shared.
+
+        When every prompt's hash_ids are fresh (SyntheticWorkload: `unique_hash_ids`) and the pool
+        is unbounded, no stored block is ever read back (a lookup stops at its first, absent block)
+        or evicted, so keeping them is memory that grows with the run and changes no result: the
+        same code runs, lookups, counters and `used_bytes` are the same, only `len(pool)` is 0.
+        """
+        require(self.capacity_bytes == math.inf, "forget_blocks needs an unbounded pool (cache.capacity_tokens=null)")
+        self._lru = _Forgetful()
+
+
+class _Forgetful(OrderedDict):
+    """A mapping that takes every insertion and keeps none (see HybridCachePool.forget_blocks)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass

@@ -52,7 +52,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     with writing_to(out):  # summary.parquet last but for summary.json: it marks the run complete
         for name, frame in result.extras.items():  # chunks.parquet, warmup.parquet
             write_parquet(frame, out / f"{name}.parquet")
-        summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
+        summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis,
+                            requests_written=result.requests_written)
     for stream in result.streams.values():  # every final file is in place: the parts are redundant
         stream.discard_parts()
     if result.meta.get("interrupted"):

@@ -9,6 +9,7 @@ on its virtual clock, live and url modes through the HTTP load generator; both t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,19 +18,21 @@ from harness.errors import require
 from harness.loadgen.ramp import apply_ramp
 from harness.loadgen.settings import lg_get
 from harness.workload import build_workload
+from harness.workload.build import instantiate_workload
 from harness.workload.request import Request
 
 
 @dataclass(frozen=True)
 class Offer:
-    requests: list[Request]
+    requests: Sequence[Request]  # a list, or (make_offer(stream=True)) a lazy sequence built as it is read
     concurrency: int | None  # None: open loop
     offered_rps: float  # the rate asked for (or the trace's own); NaN for closed loops without one
     max_duration_s: float | None  # stop offering new requests after this much run time
     saturate: bool = False  # rate_rps=inf: a capacity run (closed loop sized from the planner)
+    unique_blocks: bool = False  # the workload promises no block id is shared between requests
 
 
-def offered_rate(requests: list[Request], rate_rps: float | None, concurrency: int | None) -> float:
+def offered_rate(requests: Sequence[Request], rate_rps: float | None, concurrency: int | None) -> float:
     """The offered rate: the configured one, else (open loop) the span of the arrivals."""
     offered = rate_rps
     if offered is None and concurrency is None and len(requests) > 1:
@@ -38,8 +41,11 @@ def offered_rate(requests: list[Request], rate_rps: float | None, concurrency: i
     return float(offered) if offered is not None else math.nan
 
 
-def make_offer(cfg: Any) -> Offer:
-    """Check `loadgen.*`, build the workload and say how to offer it (one bad value: one line, exit 2)."""
+def make_offer(cfg: Any, stream: bool = False) -> Offer:
+    """Check `loadgen.*`, build the workload and say how to offer it (one bad value: one line, exit 2).
+
+    `stream=True` (sim runs): the requests are a lazy sequence built a chunk at a time as they are
+    read, when the workload can and no ramp is set (the same requests either way)."""
     lg = cfg.loadgen
     require(lg.rate_rps is None or lg.rate_rps > 0,
             f"loadgen.rate_rps must be > 0 (or null for the workload's own rate), got {lg.rate_rps}")
@@ -49,9 +55,15 @@ def make_offer(cfg: Any) -> Offer:
     saturate = lg.rate_rps is not None and math.isinf(lg.rate_rps)
     concurrency = saturation_in_flight(cfg) if saturate else lg.concurrency
     concurrency = int(concurrency) if concurrency is not None else None
-    requests = build_workload(cfg.workload, rate_rps=None if saturate else lg.rate_rps)
+    rate = None if saturate else lg.rate_rps
+    ramp_up_s = lg_get(cfg, "ramp_up_s")
+    workload = instantiate_workload(cfg.workload)
+    # A saturation run reads the requests twice (which turn continues which): a list.
+    lazy = stream and not ramp_up_s and not saturate and callable(getattr(workload, "stream", None))
+    requests = workload.stream(rate) if lazy else build_workload(workload, rate_rps=rate)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
-    requests = apply_ramp(requests, lg_get(cfg, "ramp_up_s"), lg_get(cfg, "ramp_up_start_fraction", 0.0),
-                          lg_get(cfg, "ramp_up_strategy", "linear"))
+    if not lazy:
+        requests = apply_ramp(requests, ramp_up_s, lg_get(cfg, "ramp_up_start_fraction", 0.0),
+                              lg_get(cfg, "ramp_up_strategy", "linear"))
     return Offer(requests, concurrency, offered_rate(requests, lg.rate_rps, concurrency), lg.max_duration_s,
-                 saturate)
+                 saturate=saturate, unique_blocks=bool(getattr(workload, "unique_blocks", False)))

@@ -11,6 +11,8 @@ written (atomically) and only then are the parts removed; after a kill, `harness
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 import signal
 import threading
@@ -19,7 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from harness.analysis.frames import requests_frame, write_parquet
 from harness.errors import InputError
@@ -132,10 +138,81 @@ class RecordStream:
             return self.frame([])
         return self.frame(pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True))
 
+    def parts(self) -> list[Path]:
+        return sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir is not None else []
+
+    def write_sorted(self, key: str = "request_id") -> bool:
+        """Write the whole file from the parts (after `close`), sorted by `key`, in bounded memory.
+
+        Parts hold rows in the order requests ended, which is close to `key` order: a part's rows
+        are written once no later part holds a smaller key, so only the rows still out of order
+        are in memory at once. Returns False (nothing written) when the parts disagree on their
+        columns' types or repeat a key (the order of ties would be the sort's): then the caller
+        sorts in memory as before.
+        """
+        if self.path is None:
+            return False
+        return write_sorted(self.parts(), self.path, key)
+
     def discard_parts(self) -> None:
         """The run finished and wrote its whole file: the parts are redundant."""
         if self.parts_dir is not None:
             shutil.rmtree(self.parts_dir, ignore_errors=True)
+
+
+def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool:
+    """Rows of `parts` as one Parquet file at `path` (atomically), sorted by the unique `key`."""
+    if not parts:
+        return False
+    schema = pq.read_schema(parts[0])
+    keys = []
+    for part in parts:
+        if not pq.read_schema(part).equals(schema, check_metadata=False):
+            return False
+        keys.append(pq.read_table(part, columns=[key], use_threads=False).column(key).to_numpy())
+    every = np.concatenate(keys)
+    if every.dtype.kind not in "iu" or len(np.unique(every)) != len(every):
+        return False
+    del every
+    later_min = [math.inf] * (len(parts) + 1)  # smallest key in parts[i:]
+    for i in range(len(parts) - 1, -1, -1):
+        later_min[i] = min(later_min[i + 1], int(keys[i].min()) if len(keys[i]) else math.inf)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            pending = None
+            for i, part in enumerate(parts):
+                table = pq.read_table(part, use_threads=False).replace_schema_metadata(schema.metadata)
+                pending = table if pending is None else pa.concat_tables([pending, table])
+                bound = later_min[i + 1]
+                ready = pending.filter(pc.less(pending.column(key), bound)) if math.isfinite(bound) else pending
+                if math.isfinite(bound):
+                    pending = pending.filter(pc.greater_equal(pending.column(key), bound))
+                else:
+                    pending = None
+                if ready.num_rows:
+                    writer.write_table(ready.take(pc.sort_indices(ready, [(key, "ascending")])))
+                del table, ready
+                pa.default_memory_pool().release_unused()
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        pa.default_memory_pool().release_unused()
+    return True
+
+
+def read_columns(path: Path, drop: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """A Parquet file's frame (the columns in `only`, else all but those in `drop`), equal to what
+    `pd.read_parquet` reads, built one column at a time so Arrow's buffers are freed as it goes."""
+    names = [n for n in pq.read_schema(path).names if n not in drop and (only is None or n in only)]
+    source = pq.ParquetFile(path)
+    pool = pa.default_memory_pool()
+    columns = {}
+    for name in names:
+        columns[name] = source.read(columns=[name]).to_pandas(self_destruct=True)[name]  # dtypes from pandas metadata
+        pool.release_unused()
+    return pd.DataFrame(columns, copy=False) if columns else pd.read_parquet(path, columns=[])
 
 
 @contextmanager

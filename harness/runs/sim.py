@@ -10,6 +10,7 @@ one timer at a time, so the event heap stays small however long the trace. Recor
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,13 @@ from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.deploy.capacity import offer_saturation, saturation_meta
 from harness.runs.offer import make_offer
-from harness.runs.recording import RecordStream, stop_on_signals, streams_from
+from harness.runs.recording import (
+    RecordStream,
+    read_columns,
+    stop_on_signals,
+    streams_from,
+    writing_to,
+)
 from harness.workload.request import Request
 
 
@@ -36,6 +43,17 @@ class RunResult:
     meta: dict[str, Any]
     streams: dict[str, RecordStream] = field(default_factory=dict, repr=False)  # streamed parts to discard
     extras: dict[str, pd.DataFrame] = field(default_factory=dict)  # more files of the run (chunks, warmup)
+    requests_written: bool = False  # requests.parquet is in place; `requests` holds the columns analysis reads
+
+
+# The columns the summary, its vLLM-named keys and the per-run figures read (harness/analysis/metrics.py,
+# summary.py, plots.py): a long run's analysis frame holds only these (the file has every column).
+_SUMMARY_READS = ("deployment", "arrival_s", "input_tokens", "output_tokens", "cached_tokens", "cache_hit_tokens",
+                  "route", "finish_s", "ttft_s", "tpot_s", "e2e_s", "kv_bytes_sent", "error", "interrupted",
+                  "lateness_s")
+# The columns build_timeseries reads (read first, alone, while the emulator's link log is still held).
+_TIMESERIES_READS = ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_s", "first_token_s", "finish_s",
+                     "route", "cache_hit_tokens")
 
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], stop_s: float | None) -> None:
@@ -83,11 +101,18 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     SIGINT/SIGTERM stop the run: every request already sent is recorded (the unfinished ones as
     interrupted) and the result says how far it got (`meta["interrupted"]`, `meta["offered"]`).
     """
-    offer = make_offer(cfg)
+    offer = make_offer(cfg, stream=True)
     requests, concurrency = offer.requests, offer.concurrency
     clock = VirtualClock()
     built = build(cfg, clock, mode="sim")
     deployment = built.deployment
+    # Bounded memory: with a run directory the records live in its parts only (read back at the
+    # end); an unbounded prefix pool keeps no blocks of a workload whose block ids are never shared.
+    deployment.keep_records = run_dir is None
+    if offer.unique_blocks and all(pool.capacity_bytes == math.inf for pool in deployment.pools.values()):
+        for pool in deployment.pools.values():
+            pool.forget_blocks()
+    recorded = 0
 
     streams = streams_from(cfg, run_dir, "requests")
     stream = streams["requests"]
@@ -95,6 +120,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
     def on_record(record: dict) -> None:
+        nonlocal recorded
+        recorded += 1
         bar.update(1)
         stream.add(record)
 
@@ -121,7 +148,14 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     finally:
         bar.close()
 
-    frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+    written = False
+    if deployment.keep_records:
+        frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+    else:  # bounded memory: the whole file from the parts, then only the columns each step reads
+        with writing_to(stream.path):
+            written = stream.write_sorted("request_id")
+        frame = read_columns(stream.path, only=_TIMESERIES_READS) if written else \
+            stream.read().sort_values("request_id", ignore_index=True)
     finishes = frame["finish_s"].dropna()
     t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
     timeseries = build_timeseries(
@@ -145,11 +179,15 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "seed": cfg.workload.get("seed"),
         "sim_events": clock.events_run,
         "interrupted": interrupted,
-        "offered": len(deployment.records),
+        "offered": recorded,
         "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
     if offer.saturate:
         meta["saturation"] = saturation_meta(cfg, frame, timeseries, built.plan, int(concurrency or 0))
-    return RunResult(frame, timeseries, meta, streams)
+    if written:  # the emulator's state (link log, pools) is no longer needed: the summary's columns next
+        del frame, deployment, built, clock, offer, requests, on_record
+        gc.collect()  # the deployment's instances and timers refer to one another
+        frame = read_columns(stream.path, only=_SUMMARY_READS)
+    return RunResult(frame, timeseries, meta, streams, requests_written=written)

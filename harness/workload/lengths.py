@@ -16,6 +16,7 @@ import numpy as np
 from harness.errors import InputError
 
 DEFAULT_GRID_POINTS = 20_000
+_TRANSFORM_CHUNK = 65_536  # samples transformed at once (bounds the temporaries of a large draw)
 
 
 def _positive_int(owner: str, field: str, value: object) -> int:
@@ -96,9 +97,15 @@ class TruncatedLogNormal:
         return truncnorm_ppf(q, self._a, self._b)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        x = np.exp(self.mu + self.sigma * self._z_ppf(rng.random(n)))
-        # Rounding can only step outside [low, high] by less than one token at the edges.
-        return np.clip(np.rint(x), math.ceil(self.low), math.floor(self.high)).astype(np.int64)
+        q = rng.random(n)
+        out = np.empty(n, dtype=np.int64)
+        # Elementwise, so transformed a slice at a time (the same values; scipy's ppf makes several
+        # temporaries the size of its input, which for a million requests would be 100s of MB).
+        for lo in range(0, n, _TRANSFORM_CHUNK):
+            x = np.exp(self.mu + self.sigma * self._z_ppf(q[lo:lo + _TRANSFORM_CHUNK]))
+            # Rounding can only step outside [low, high] by less than one token at the edges.
+            out[lo:lo + _TRANSFORM_CHUNK] = np.clip(np.rint(x), math.ceil(self.low), math.floor(self.high))
+        return out
 
     def mean(self) -> float:
         s = self.sigma

@@ -7,6 +7,7 @@ them) so caches and prompt builders treat it like any trace.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,14 +15,54 @@ import numpy as np
 from harness.errors import InputError
 from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed, streams
 from harness.workload.lengths import Fixed
-from harness.workload.request import Request, unique_hash_ids
+from harness.workload.request import Request, n_blocks, unique_hash_ids
 
 _LENGTH_METHODS = ("sample", "grid", "mean")
 _ARRIVAL_METHODS = ("offsets", "with_rate")
 
 
+class RequestStream(Sequence):
+    """A synthetic workload's requests, built a chunk at a time as they are read (bounded memory).
+
+    The draws are the workload's own (the same calls on the same generators as `generate`), kept
+    as three numeric arrays (24 bytes a request); the `Request` objects and their hash_ids tuples,
+    ~100x that, exist only for the chunk being read. Indexing builds one request on demand.
+    """
+
+    def __init__(self, times: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, block_tokens: int,
+                 chunk: int = 10_000) -> None:
+        self._times, self._inputs, self._outputs = times, inputs, outputs
+        self._block_tokens, self._chunk = block_tokens, max(1, int(chunk))
+        counts = np.asarray(n_blocks(inputs.astype(np.int64), block_tokens), dtype=np.int64)
+        self._first_ids = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def _build(self, lo: int, hi: int) -> list[Request]:
+        hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens,
+                                   int(self._first_ids[lo]) if hi > lo else 0)
+        return [Request(i, t, a, b, h) for i, t, a, b, h in
+                zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
+                    self._outputs[lo:hi].tolist(), hash_ids)]
+
+    def __iter__(self) -> Iterator[Request]:
+        for lo in range(0, len(self), self._chunk):
+            yield from self._build(lo, min(lo + self._chunk, len(self)))
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
+            raise IndexError(index)
+        return self._build(i, i + 1)[0]
+
+
 class SyntheticWorkload:
     """`num_requests` requests; same arguments and seed give the same requests, byte for byte."""
+
+    unique_blocks = True  # every prompt's hash_ids are fresh: no block id is shared between requests
 
     def __init__(self, input_lengths: Any, output_lengths: Any, arrivals: Any, num_requests: int = 2000,
                  seed: int | None = 0, block_tokens: int = 512, name: str = "synthetic") -> None:
@@ -36,15 +77,22 @@ class SyntheticWorkload:
         self.block_tokens = check_block_tokens(owner, block_tokens)
 
     def generate(self, rate_rps: float | None = None) -> list[Request]:
+        return list(self.stream(rate_rps))
+
+    def stream(self, rate_rps: float | None = None, chunk: int = 10_000) -> RequestStream:
+        """The same requests as `generate`, built `chunk` at a time as they are read.
+
+        The lengths and gaps are drawn all at once, exactly as before (one call per quantity on its
+        own generator: chunked draws would match only for some distributions), so a seed gives the
+        same requests whichever way they are read.
+        """
         rng_in, rng_out, rng_arrivals = streams(self.seed, 3)
         n = self.num_requests
         inputs = self.input_lengths.sample(n, rng_in)
         outputs = self.output_lengths.sample(n, rng_out)
         arrivals = self.arrivals if rate_rps is None else self.arrivals.with_rate(rate_rps)
         times = arrivals.offsets(n, rng_arrivals)
-        hash_ids = unique_hash_ids(inputs, self.block_tokens)
-        return [Request(i, t, a, b, h) for i, (t, a, b, h) in
-                enumerate(zip(times.tolist(), inputs.tolist(), outputs.tolist(), hash_ids, strict=False))]
+        return RequestStream(np.asarray(times, dtype=np.float64), inputs, outputs, self.block_tokens, chunk)
 
     def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
         """No prefix sharing, so the uncached length is the input length: its exact grid."""

@@ -89,7 +89,7 @@ def test_help_lists_the_config_groups(installed):
     bin_dir, cwd, env, _ = installed
     done = _run([str(bin_dir / "harness"), "--help"], cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
-    assert "deployment: homogeneous_pd, naive_hetero" in done.stdout and "== Usage ==" in done.stdout
+    assert "homogeneous_pd, naive_hetero, prfaas_dynamic, prfaas_pd" in done.stdout and "== Usage ==" in done.stdout
 
 
 def test_sim_run_and_trace_replay_from_another_directory(installed):

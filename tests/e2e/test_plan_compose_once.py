@@ -28,11 +28,17 @@ def _compare(base: list[str], experiment: str | None, names: dict[str, list[str]
     return fast
 
 
-@pytest.mark.parametrize("base", [[], ["link.capacity_gbps=5", "deployment=naive_hetero", "model.hidden_size=7000",
-                                       "deployment.prefill_max_batch_tokens=65536"]])
+@pytest.mark.parametrize("base", [[], ["link.capacity_gbps=5", "deployment=naive_hetero", "model.hidden_size=7000"]])
 def test_one_composition_equals_one_per_option(base):
     fast = _compare(base, "paper_case_study")
     assert fast._fast_groups == ["deployment", "model", "hardware"]
+
+
+def test_a_setting_not_every_option_takes_falls_back_to_compositions_of_their_own():
+    """`deployment.prefill_max_batch_tokens` exists on the PD deployments, not on `aggregated`: the one
+    composition cannot apply it to every option, so each is composed on its own, still exactly."""
+    fast = _compare(["deployment.prefill_max_batch_tokens=65536"], "paper_case_study")
+    assert fast._fast_groups == []
 
 
 def test_experiment_that_sets_deployment_keys_falls_back_for_deployments():

@@ -1,0 +1,61 @@
+"""RecordStream.write_sorted: the parts' rows (in the order requests ended) as one file sorted by
+request_id, the same frame an in-memory sort gives; ties or disagreeing parts fall back (False)."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+
+from harness.analysis.frames import requests_frame, write_parquet
+from harness.runs.recording import RecordStream, read_columns, write_sorted
+
+
+def _row(i: int) -> dict:
+    return {"deployment": "d", "request_id": i, "arrival_s": i / 3, "input_tokens": 10 + i, "output_tokens": 2,
+            "route": "local" if i % 3 else "prfaas", "error": None if i % 7 else "boom", "finish_s": i + 0.5}
+
+
+def _stream_rows(path, ids, every=13) -> RecordStream:
+    stream = RecordStream(path, every=every, every_s=60.0)
+    for i in ids:
+        stream.add(_row(i))
+        if len(stream._buffer) >= every:
+            stream.flush()
+    stream.close()
+    return stream
+
+
+def test_out_of_order_parts_become_one_sorted_file(tmp_path):
+    ids = list(range(400))
+    rng = random.Random(4)
+    for k in range(0, 400, 20):  # local disorder, as completions have, plus one straggler at the end
+        window = ids[k:k + 20]
+        rng.shuffle(window)
+        ids[k:k + 20] = window
+    ids.remove(5)
+    ids.append(5)
+    stream = _stream_rows(tmp_path / "requests.parquet", ids)
+    assert len(stream.parts()) > 10
+    assert stream.write_sorted()
+    got = pd.read_parquet(tmp_path / "requests.parquet")
+    want = requests_frame([_row(i) for i in ids]).sort_values("request_id", ignore_index=True)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert got["request_id"].tolist() == list(range(400))
+    short = read_columns(tmp_path / "requests.parquet", drop=("mode", "session_id", "absent"))
+    assert "mode" not in short and "session_id" not in short and "route" in short
+    pd.testing.assert_frame_equal(short, want.drop(columns=["mode", "session_id"]), check_exact=True)
+
+
+def test_repeated_ids_fall_back(tmp_path):
+    stream = _stream_rows(tmp_path / "requests.parquet", [0, 1, 2, 2, 3])
+    assert not stream.write_sorted()
+    assert not (tmp_path / "requests.parquet").exists()
+
+
+def test_parts_that_disagree_on_types_fall_back(tmp_path):
+    parts = tmp_path / "requests.parquet.parts"
+    write_parquet(pd.DataFrame({"request_id": [1], "x": [1.5]}), parts / "part-000000.parquet")
+    write_parquet(pd.DataFrame({"request_id": [0], "x": ["a"]}), parts / "part-000001.parquet")
+    assert not write_sorted(sorted(parts.glob("*.parquet")), tmp_path / "requests.parquet")
+    assert not write_sorted([], tmp_path / "requests.parquet")
