@@ -205,7 +205,7 @@ class ValidateCallback(Callback):
 
 
     def _capacity(self, config: DictConfig) -> None:
-        from harness.sim import run_sim
+        from harness.runs.sim import run_sim
 
         cfg = _task_cfg(config)
         with open_dict(cfg):
@@ -223,8 +223,7 @@ class ValidateCallback(Callback):
 
     # -- around each job ----------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.analysis.summary import write_run
-        from harness.loadgen.run import run_url, write_extras
+        from harness.runs.assemble import run_into
 
         fraction = float(config.experiment.load_fraction)
         index = len(self.runs)
@@ -238,11 +237,9 @@ class ValidateCallback(Callback):
         out = self.sweep_dir / "engine" / f"load{index}"
         out.mkdir(parents=True, exist_ok=True)
         try:
-            result = run_url(cfg)
+            run_into(cfg, out)
         except Exception as err:  # noqa: BLE001 (see on_multirun_start)
             self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
-        write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
-        write_extras(out, result)
         run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
                "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
         if self.rounds and bool(config.experiment.recalibrate):

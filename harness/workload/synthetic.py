@@ -79,6 +79,12 @@ class SyntheticWorkload:
     def generate(self, rate_rps: float | None = None) -> list[Request]:
         return list(self.stream(rate_rps))
 
+    @property
+    def streams_as_generated(self) -> bool:
+        """True when `stream` gives what `generate` does (not for a subclass that re-implements
+        `generate`, whose requests `stream` would not see)."""
+        return type(self).generate is SyntheticWorkload.generate
+
     def stream(self, rate_rps: float | None = None, chunk: int = 10_000) -> RequestStream:
         """The same requests as `generate`, built `chunk` at a time as they are read.
 
