@@ -32,7 +32,6 @@ from harness.errors import (
     path_error,
     save_traceback,
 )
-
 from harness.fast_help import help_text, wants_help
 from harness.resources import conf_dir
 

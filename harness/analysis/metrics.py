@@ -406,7 +406,7 @@ def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tu
     n_bins = int(np.ceil(np.nanmax(end) - t0)) + 1
     n_chunks = _values(req, "n_chunks")
     n_chunks = np.where(np.isfinite(n_chunks) & (n_chunks > 0), n_chunks, 1.0)
-    per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks))
+    per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks, strict=False))
     c = chunks[chunks["request_id"].isin(per_chunk)]
     weights = c["request_id"].map(per_chunk).to_numpy(dtype=float)
     bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)

@@ -44,7 +44,7 @@ class RequestStream(Sequence):
                                    int(self._first_ids[lo]) if hi > lo else 0)
         return [Request(i, t, a, b, h) for i, t, a, b, h in
                 zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
-                    self._outputs[lo:hi].tolist(), hash_ids)]
+                    self._outputs[lo:hi].tolist(), hash_ids, strict=False)]
 
     def __iter__(self) -> Iterator[Request]:
         for lo in range(0, len(self), self._chunk):
@@ -61,8 +61,6 @@ class RequestStream(Sequence):
 
 class SyntheticWorkload:
     """`num_requests` requests; same arguments and seed give the same requests, byte for byte."""
-
-    unique_blocks = True  # every prompt's hash_ids are fresh: no block id is shared between requests
 
     def __init__(self, input_lengths: Any, output_lengths: Any, arrivals: Any, num_requests: int = 2000,
                  seed: int | None = 0, block_tokens: int = 512, name: str = "synthetic") -> None:
@@ -83,6 +81,14 @@ class SyntheticWorkload:
     def streams_as_generated(self) -> bool:
         """True when `stream` gives what `generate` does (not for a subclass that re-implements
         `generate`, whose requests `stream` would not see)."""
+        return type(self).generate is SyntheticWorkload.generate
+
+    @property
+    def unique_blocks(self) -> bool:
+        """True when no block id is shared between requests (every prompt's hash_ids fresh, as
+        `generate` here makes them); not for a subclass that re-implements `generate`, which may
+        share blocks (e.g. SharedPromptWorkload's system prompts): a sim run's unbounded prefix
+        pools keep no blocks of a workload that says True (HybridCachePool.forget_blocks)."""
         return type(self).generate is SyntheticWorkload.generate
 
     def stream(self, rate_rps: float | None = None, chunk: int = 10_000) -> RequestStream:
