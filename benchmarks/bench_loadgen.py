@@ -32,11 +32,11 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.loadgen.client import OpenAIHttpTarget  # noqa: E402
-from harness.loadgen.clock import MonotonicClock  # noqa: E402
-from harness.loadgen.engine import run_load  # noqa: E402
-from harness.loadgen.prompts import PromptBuilder, request_body  # noqa: E402
-from harness.workload.request import Request  # noqa: E402
+from harness.loadgen.client import OpenAIHttpTarget
+from harness.loadgen.clock import MonotonicClock
+from harness.loadgen.engine import run_load
+from harness.loadgen.prompts import PromptBuilder, request_body
+from harness.workload.request import Request
 
 INPUT_TOKENS, OUTPUT_TOKENS = 256, 16
 

@@ -26,7 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_ray_sweep import local_ray_head  # noqa: E402
+from tests.e2e.test_ray_sweep import local_ray_head
 
 
 def job_span_s(sweep_dir: Path) -> float:

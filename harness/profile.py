@@ -129,7 +129,8 @@ class Experiment:
         require(self.clock in CLOCKS, f"profile.clock={self.clock!r}; valid: {', '.join(CLOCKS)}")
         self.cpu = None
         if self.clock == "cpu":
-            require(self.p.engine_pid is not None, "profile.clock=cpu needs profile.engine_pid (the local engine's pid)")
+            require(self.p.engine_pid is not None,
+                    "profile.clock=cpu needs profile.engine_pid (the local engine's pid)")
             self.cpu = ProcessCpu(int(self.p.engine_pid))
 
     def prompt(self, n: int) -> list[int]:
@@ -320,8 +321,9 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
         "prefill": {"kind": "polynomial", **prefill.params, "rms_rel": prefill.rms_rel, "max_rel": prefill.max_rel,
                     "n": prefill.n, "median_s": _median_by(pre_fit, "input_tokens", "prefill_s")},
         "decode": {"kind": "linear", "step_source": step_source, **decode.params, "rms_rel": decode.rms_rel,
-                   "max_rel": decode.max_rel, "n": decode.n, "median_step_s": {f"{int(b)}x{int(t)}": float(g["step_s"].median())
-                                                    for (b, t), g in dec_fit.groupby(["batch", "input_tokens"])}},
+                   "max_rel": decode.max_rel, "n": decode.n,
+                   "median_step_s": {f"{int(b)}x{int(t)}": float(g["step_s"].median())
+                                     for (b, t), g in dec_fit.groupby(["batch", "input_tokens"])}},
         "holdout": checks,
         "cached": cached,
         "client_minus_server_prefill_s": overhead,
@@ -331,7 +333,8 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
 
 def _design_text(p: DictConfig, slots: int) -> str:
     batches, held = decode_batches(slots, p.decode.batches, p.decode.holdout_batches)
-    return (f"prefill: lengths {list(p.prefill.lengths)} x {p.prefill.repeats}, held out {list(p.prefill.holdout_lengths)}"
+    return (f"prefill: lengths {list(p.prefill.lengths)} x {p.prefill.repeats}, "
+            f"held out {list(p.prefill.holdout_lengths)}"
             f" x {p.prefill.holdout_repeats}, max_tokens=1, fresh ids, cache_prompt=false; decode: batches "
             f"{batches}, held out {held}, prompts {list(p.decode.prompt_tokens)}, {p.decode.output_tokens} tokens,"
             f" x {p.decode.repeats}; interleaved in a seeded random order")
@@ -429,7 +432,8 @@ def _table(document: dict[str, Any]) -> str:
 def profile_endpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     require(bool(cfg.target.url), "harness-profile needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
     require(int(cfg.profile.decode.output_tokens) >= 8,
-            f"profile.decode.output_tokens must be >= 8 (a step is timed from the gaps), got {cfg.profile.decode.output_tokens}")
+            f"profile.decode.output_tokens must be >= 8 (a step is timed from the gaps), "
+            f"got {cfg.profile.decode.output_tokens}")
     require(int(cfg.profile.slot_probe.output_tokens) >= 2,
             f"profile.slot_probe.output_tokens must be >= 2, got {cfg.profile.slot_probe.output_tokens}")
     require(cfg.profile.clock in CLOCKS, f"profile.clock={cfg.profile.clock!r}; valid: {', '.join(CLOCKS)}")

@@ -7,14 +7,15 @@ Every run directory's `requests.parquet` and `timeseries.parquet` go through `re
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,7 +97,8 @@ def _to_frame(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFra
     return pd.DataFrame.from_records(list(records))
 
 
-def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[str, Column], what: str) -> pd.DataFrame:
+def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[str, Column],
+           what: str) -> pd.DataFrame:
     df = _to_frame(records)
     missing = [name for name, col in schema.items() if col.required and name not in df.columns]
     if missing and len(df) > 0:
@@ -187,10 +189,8 @@ def write_parquet(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
             code = int(found.group(1)) if found else None
         raise OSError(code, os.strerror(code) if code else str(err), str(path)) from err
     finally:
-        try:
+        with contextlib.suppress(OSError):  # a read-only filesystem refuses even this
             tmp.unlink(missing_ok=True)
-        except OSError:  # a read-only filesystem refuses even this
-            pass
     return path
 
 

@@ -359,7 +359,8 @@ def link_util(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: floa
     return mean(util) if stat == "mean" else percentile(util, float(stat.removeprefix("p")))
 
 
-def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = np.inf, prefix: str = "") -> dict[str, float]:
+def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = np.inf,
+                     prefix: str = "") -> dict[str, float]:
     """Mean of every `util_*` column of the time series: `{prefix}util_decode_mean`, ..."""
     win = _in_window(ts, start_s, end_s)
     cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]
@@ -406,7 +407,7 @@ def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tu
     n_bins = int(np.ceil(np.nanmax(end) - t0)) + 1
     n_chunks = _values(req, "n_chunks")
     n_chunks = np.where(np.isfinite(n_chunks) & (n_chunks > 0), n_chunks, 1.0)
-    per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks))
+    per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks, strict=False))
     c = chunks[chunks["request_id"].isin(per_chunk)]
     weights = c["request_id"].map(per_chunk).to_numpy(dtype=float)
     bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)

@@ -48,7 +48,8 @@ def find_run_dirs(roots: Iterable[str | os.PathLike[str]]) -> list[Path]:
             raise InputError(f"results directory {root} does not exist")
         for name in (SUMMARY_FILE, PARTS_DIR):
             for hit in root.rglob(name):
-                if not any(part.startswith(".") or part.endswith(".parts") for part in hit.relative_to(root).parts[:-1]):
+                if not any(part.startswith(".") or part.endswith(".parts")
+                           for part in hit.relative_to(root).parts[:-1]):
                     found.add(hit.parent)
     return sorted(found, key=_natural_key)
 
@@ -163,7 +164,8 @@ def collect_plans(roots: Iterable[str | os.PathLike[str]], report: pd.DataFrame 
     """Planner outputs per deployment: plan.json files under the roots, else the summaries' plan_* columns."""
     rows: list[dict[str, Any]] = []
     for root in map(Path, roots):
-        files = [root] if root.is_file() and root.name == PLAN_FILE else sorted(root.rglob(PLAN_FILE)) if root.is_dir() else []
+        files = ([root] if root.is_file() and root.name == PLAN_FILE
+                 else sorted(root.rglob(PLAN_FILE)) if root.is_dir() else [])
         for path in files:
             try:
                 rows += [{**row, "plan_file": str(path)} for row in _plan_rows(json.loads(path.read_text()))]

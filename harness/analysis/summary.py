@@ -176,7 +176,8 @@ def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame,
     out: dict[str, Any] = {
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "label": summary.get("deployment"),
-        "model_id": summary.get("served_model") if isinstance(summary.get("served_model"), str) else summary.get("model"),
+        "model_id": (summary.get("served_model") if isinstance(summary.get("served_model"), str)
+                     else summary.get("model")),
         "num_prompts": summary["n_requests"],
         "request_rate": rate if _finite(rate) else "inf",  # vLLM writes "inf" for an unpaced run
         "burstiness": summary.get("burstiness", float("nan")),

@@ -58,7 +58,7 @@ def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
     with log.open("a") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
-        done = subprocess.run(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT)
+        done = subprocess.run(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         raise BuildError(f"`{' '.join(cmd[:3])} ...` failed (exit {done.returncode}); see {log}")
 
@@ -105,8 +105,8 @@ def _build(version: str, root: Path, binary: Path, jobs: int) -> Path:
     build = root / "build"
     print(f"engine: building llama-server (~10 min on 2 cores; log {log})", file=sys.stderr)
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
-    _run(nice + ["cmake", "-S", str(llama), "-B", str(build), *CMAKE_FLAGS], log)
-    _run(nice + ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], log)
+    _run([*nice, "cmake", "-S", str(llama), "-B", str(build), *CMAKE_FLAGS], log)
+    _run([*nice, "cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], log)
     built = build / "bin" / "llama-server"
     if not built.is_file():
         raise BuildError(f"the build finished without {built}; see {log}")

@@ -38,7 +38,7 @@ class Histogram:
         """Exposition lines; `labels` is extra `key="value"` pairs (comma-separated) on every sample."""
         out, cumulative = [], 0
         pre = f"{labels}," if labels else ""
-        for bound, count in zip(self.bounds, self.counts):
+        for bound, count in zip(self.bounds, self.counts, strict=False):
             cumulative += count
             out.append(f'{name}_bucket{{{pre}le="{bound:g}"}} {cumulative}')
         out.append(f'{name}_bucket{{{pre}le="+Inf"}} {self.n}')

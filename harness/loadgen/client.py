@@ -12,7 +12,6 @@ predicted_ms). `api_key`, `headers` and `extra_body` go out with every request.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import json.scanner
 import math
@@ -143,7 +142,7 @@ class OpenAIHttpTarget:
                     await self._read_stream(resp, record)
                 else:
                     await self._read_whole(resp, record)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             record.error = f"timeout: no complete response within target.timeout_s={self.timeout_s:g} s"
         except aiohttp.ClientError as err:
             record.error = f"{type(err).__name__}: {err}"
@@ -187,7 +186,7 @@ class OpenAIHttpTarget:
                     saw_done = True
                     continue
                 obj = _loads(payload.decode())
-                if "error" in obj and obj["error"]:
+                if obj.get("error"):
                     err = obj["error"]
                     record.error = f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
                     return

@@ -55,7 +55,7 @@ class HttpLoad:
 
 
 def _rows(record: RequestRecord, t0_ns: int, scale: float, label: str, mode: str) -> tuple[dict, list[dict]]:
-    chunks = [dict(zip(CHUNK_COLUMNS, c)) for c in record.chunk_rows(t0_ns, scale)]
+    chunks = [dict(zip(CHUNK_COLUMNS, c, strict=False)) for c in record.chunk_rows(t0_ns, scale)]
     return record.to_row(t0_ns, scale, label, mode), chunks
 
 

@@ -91,7 +91,7 @@ class ValidateCallback(Callback):
             self._prepare(config)
         except InputError as err:  # Hydra turns a callback's exception into a warning: stop here instead
             self._abort(f"error: {err}", EXIT_BAD_INPUT)
-        except Exception as err:  # noqa: BLE001 (the engine is stopped and the run ends with one line)
+        except Exception as err:  # the engine is stopped and the run ends with one line
             self._abort(f"error: validate_engine could not start: {type(err).__name__}: {err}", 1)
 
     def _abort(self, message: str, status: int) -> None:
@@ -239,7 +239,7 @@ class ValidateCallback(Callback):
         out.mkdir(parents=True, exist_ok=True)
         try:
             result = run_url(cfg)
-        except Exception as err:  # noqa: BLE001 (see on_multirun_start)
+        except Exception as err:  # see on_multirun_start
             self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
         write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
         write_extras(out, result)

@@ -66,7 +66,7 @@ def ttft_cdf_figure(runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.4), squeeze=False, sharey=True)
-    for ax, run in zip(axes[0], runs):
+    for ax, run in zip(axes[0], runs, strict=False):
         for label, key, style in (("engine (measured)", "engine_dir", "-"), ("emulator (predicted)", "sim_dir", "--")):
             x = _ttfts(run[key])
             if len(x):
@@ -92,6 +92,6 @@ def write_validation(sweep_dir: Path, runs: list[dict[str, Any]], meta: dict[str
     (sweep_dir / "validation.json").write_text(json.dumps(sidecar, indent=1, default=str))
     try:
         ttft_cdf_figure(runs, sweep_dir / "ttft_cdf.png")
-    except Exception as err:  # noqa: BLE001 (a figure must not lose the table)
+    except Exception as err:  # a figure must not lose the table
         print(f"warning: ttft_cdf.png not written: {err}")
     return format_table(frame)

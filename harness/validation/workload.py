@@ -47,7 +47,7 @@ class SharedPromptWorkload(SyntheticWorkload):
         which = rng.integers(0, max(1, self.shared_prompts), len(base))
         k = self.shared_prompt_tokens // self.block_tokens
         out, next_id = [], self.id_offset
-        for r, is_shared, w in zip(base, shared.tolist(), which.tolist()):
+        for r, is_shared, w in zip(base, shared.tolist(), which.tolist(), strict=False):
             prefix: tuple[int, ...] = ()
             n_in = r.input_tokens
             if is_shared:

@@ -173,7 +173,7 @@ def stream_trace_stats(path, fmt: str | None = None, block_tokens: int = 512, lr
             for j in np.flatnonzero(missing):  # fresh blocks: never hit, but they take room in an LRU
                 keys[j] = range(next_key, next_key + int(expected_k[j]))
                 next_key += int(expected_k[j])
-            for cache, out_hits in zip(lrus, lru_hits):
+            for cache, out_hits in zip(lrus, lru_hits, strict=False):
                 chunk_hits = np.empty(len(rows), dtype=np.int64)
                 for j, h in enumerate(keys):
                     chunk_hits[j] = hit_tokens(cache.match(h), int(inp_k[j]), block_tokens)
@@ -185,6 +185,7 @@ def stream_trace_stats(path, fmt: str | None = None, block_tokens: int = 512, lr
     if len(t) == 0:
         raise InputError(f"{report.path}: no usable requests (all {report.rows} rows have an empty prompt)")
     ins, outs, hit = np.concatenate(inputs), np.concatenate(outputs), np.concatenate(hits)
-    stats = _assemble(t, ins, outs, hit, {str(c): np.concatenate(h) for c, h in zip(lru_blocks, lru_hits)},
+    lru = {str(c): np.concatenate(h) for c, h in zip(lru_blocks, lru_hits, strict=False)}
+    stats = _assemble(t, ins, outs, hit, lru,
                       block_tokens, refs, len(infinite.seen) + synthetic_blocks, refs_seen, sessions)
     return stats, report

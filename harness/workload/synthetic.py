@@ -44,7 +44,7 @@ class RequestStream(Sequence):
                                    int(self._first_ids[lo]) if hi > lo else 0)
         return [Request(i, t, a, b, h) for i, t, a, b, h in
                 zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
-                    self._outputs[lo:hi].tolist(), hash_ids)]
+                    self._outputs[lo:hi].tolist(), hash_ids, strict=False)]
 
     def __iter__(self) -> Iterator[Request]:
         for lo in range(0, len(self), self._chunk):

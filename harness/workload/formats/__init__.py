@@ -6,6 +6,7 @@ unless `fmt` names it. Bad input raises InputError naming the file, line (or row
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -94,7 +95,5 @@ def write_trace(requests: Sequence[Request], path: str | Path, fmt: str | None =
     except OSError as err:
         raise InputError(f"{path}: cannot write the trace ({err.strerror or err}); nothing was written") from err
     finally:
-        try:
+        with contextlib.suppress(OSError):  # a read-only filesystem refuses even this
             tmp.unlink(missing_ok=True)
-        except OSError:  # a read-only filesystem refuses even this
-            pass

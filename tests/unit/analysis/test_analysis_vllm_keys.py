@@ -105,7 +105,7 @@ def test_bad_percentiles_are_refused(tmp_path):
     from harness.errors import InputError
 
     req, _ = http_run()
-    with pytest.raises(InputError, match="analysis.percentiles"):
+    with pytest.raises(InputError, match=r"analysis.percentiles"):
         write_run(tmp_path, req, None, META, {"percentiles": [0, 101], "figures": False})
 
 

@@ -29,7 +29,7 @@ def test_long_runs_widen_to_a_whole_multiple_within_the_bound(t_end, bin_s):
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
 def test_a_nonsense_width_is_refused(bad):
-    with pytest.raises(InputError, match="analysis.timeseries.bin_s"):
+    with pytest.raises(InputError, match=r"analysis.timeseries.bin_s"):
         bin_width(10.0, bad)
 
 

@@ -121,21 +121,21 @@ def test_step_time_grows_with_the_batch(profile):
 def test_prefix_cache_reuse_once_computed_or_once_finished(profile):
     prefix = [11, 12, 13]  # 3 blocks of 512 = 1536 shared tokens
     clock, dep = _deployment(profile)
-    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 2, prefix + [1]), _req(2, 5.0, 1600, 2, prefix + [2])])
+    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 2, [*prefix, 1]), _req(2, 5.0, 1600, 2, [*prefix, 2])])
     assert recs[1]["cached_tokens"] == 0
     assert recs[2]["cached_tokens"] == 1536
     assert recs[2]["ttft_s"] == pytest.approx(T(1600) - T(1536) + T(0))
     # A prefix computed by a request still decoding is reusable (the default, as llama-server does) ...
     clock, dep = _deployment(profile)
-    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 200, prefix + [1]), _req(2, 0.5, 1600, 2, prefix + [2])])
+    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 200, [*prefix, 1]), _req(2, 0.5, 1600, 2, [*prefix, 2])])
     assert recs[2]["cached_tokens"] == 1536
     # ... but not one still being computed (512-token steps: request 2 joins while request 1 prefills) ...
     clock, dep = _deployment(profile, chunk_tokens=512)
-    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 200, prefix + [1]), _req(2, 0.01, 1600, 2, prefix + [2])])
+    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 200, [*prefix, 1]), _req(2, 0.01, 1600, 2, [*prefix, 2])])
     assert recs[2]["cached_tokens"] == 0
     # ... and with `finish`, only once its owner has ended.
     clock, dep = _deployment(profile, shared_after="finish")
-    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 200, prefix + [1]), _req(2, 0.5, 1600, 2, prefix + [2])])
+    recs = _offer(clock, dep, [_req(1, 0.0, 1600, 200, [*prefix, 1]), _req(2, 0.5, 1600, 2, [*prefix, 2])])
     assert recs[2]["cached_tokens"] == 0
 
 

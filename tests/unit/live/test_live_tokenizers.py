@@ -140,7 +140,7 @@ def test_serve_options_carry_the_rule_and_refuse_bad_ones():
     opts = serve_options(_server_cfg(tokens_per_word=1.5, time_scale=4.0))
     assert opts.tokenizer.tokens_per_word == 1.5 and opts.time_scale == 4.0
     assert len(serve_options(_server_cfg(tokenizer_file=str(FIXTURES / "bpe.json"))).tokenizer.ids(" tok")) == 2
-    with pytest.raises(InputError, match="server.tokens_per_word"):
+    with pytest.raises(InputError, match=r"server.tokens_per_word"):
         serve_options(_server_cfg(tokens_per_word=0.0))
-    with pytest.raises(InputError, match="server.tokenizer_file"):
+    with pytest.raises(InputError, match=r"server.tokenizer_file"):
         serve_options(_server_cfg(tokenizer_file="/nonexistent/tokenizer.json"))

@@ -164,7 +164,7 @@ def test_a_bad_override_is_refused_and_a_mismatch_is_named():
         async with aiohttp.ClientSession() as s:
             await detect_time_scale(s, "http://127.0.0.1:9", override=0.0)
 
-    with pytest.raises(InputError, match="target.time_scale"):
+    with pytest.raises(InputError, match=r"target.time_scale"):
         asyncio.run(go())
     rec = RequestRecord(1, 0, 1, 1)
     rec.server_time_scale = 10.0

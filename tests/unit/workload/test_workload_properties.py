@@ -110,7 +110,7 @@ def parquet_requests(draw) -> list[Request]:
     ids = draw(st.lists(st.integers(-(2**63), INT64_MAX), min_size=n, max_size=n, unique=True))
     times = sorted(draw(st.lists(st.floats(0.0, 1e12, allow_nan=False), min_size=n, max_size=n)))
     out = []
-    for rid, t in zip(ids, times):
+    for rid, t in zip(ids, times, strict=False):
         inp = draw(st.integers(1, 5 * BLOCK))
         out.append(Request(rid, t, inp, draw(st.integers(1, 10**6)),
                            tuple(draw(st.lists(st.integers(-(2**63), INT64_MAX), min_size=n_ids(inp),
@@ -366,7 +366,7 @@ def azure_file(draw) -> tuple[list[str], set[int], list[tuple[float, int, int]],
         if shape == "short":
             cells, row_ok = cells[:draw(st.integers(1, 2))], False
         elif shape == "long":
-            cells, row_ok = cells + [str(draw(st.integers(0, 99)))], False
+            cells, row_ok = [*cells, str(draw(st.integers(0, 99)))], False
         lines.append(",".join(cells))
         if row_ok:
             if datetimes:
@@ -382,7 +382,7 @@ def azure_file(draw) -> tuple[list[str], set[int], list[tuple[float, int, int]],
 @PROPS
 @given(case=azure_file())
 def test_azure_csv_loads_good_rows_or_names_a_bad_line(case, new_dir):
-    lines, bad, good, datetimes = case
+    lines, bad, good, _datetimes = case
     path = new_dir() / "a.csv"
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8", newline="\n")
     try:
