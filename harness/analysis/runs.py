@@ -69,7 +69,7 @@ def incomplete_summary(run_dir: str | os.PathLike[str], analysis_cfg: Any = None
         requests = requests_frame(read_parquet(path))
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: cannot read the records of this incomplete run: {err}") from err
-    meta = {"incomplete": True}
+    meta: dict[str, Any] = {"incomplete": True}
     for key in ("deployment", "mode"):
         values = requests[key].dropna().unique() if key in requests.columns else []
         if len(values):
@@ -134,7 +134,7 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         row["run_name"] = run_dir.name
         rows.append(row)
     if not rows:
-        reports = [r / REPORT_FILE if r.is_dir() else r for r in roots]
+        reports = [r / REPORT_FILE if r.is_dir() else r for r in map(Path, roots)]
         existing = [p for p in reports if p.is_file() and p.suffix == ".parquet"]
         if not existing:
             raise InputError(f"no run directory (a folder with {SUMMARY_FILE}) and no {REPORT_FILE} under "

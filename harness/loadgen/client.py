@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import math
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -27,7 +27,7 @@ from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
 
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: ~30% cheaper than json.loads
+_SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))  # the C scanner: ~30% cheaper than json.loads
 
 
 def _loads(text: str) -> Any:
