@@ -441,9 +441,9 @@ _ROW = '{"timestamp": 0, "input_length": 10, "output_length": 5}'
     pytest.param(_ROW + "\n" + '{"timestamp": 1, "input_length": %s, "output_length": 5}\n' % ("1" * 5000), 2,
                  id="integer-of-5000-digits"),
     pytest.param(_ROW + "\n" + "[" * 100_000 + "]" * 100_000 + "\n", 2, id="json-nested-100000-deep"),
-    pytest.param('{"timestamp": 0, "input_length": %d, "output_length": 5}\n' % 2**70, 1,
+    pytest.param(f'{{"timestamp": 0, "input_length": {2**70}, "output_length": 5}}\n', 1,
                  id="input-length-beyond-int64"),
-    pytest.param('{"timestamp": %d, "input_length": 5, "output_length": 5}\n' % 10**400, 1,
+    pytest.param(f'{{"timestamp": {10**400}, "input_length": 5, "output_length": 5}}\n', 1,
                  id="timestamp-beyond-float-range"),
     pytest.param('{"timestamp": 0,\r "input_length": 10, "output_length": 5}\n', None,
                  id="carriage-return-as-json-whitespace-is-valid"),
@@ -462,12 +462,12 @@ def test_jsonl_pinned_cases(tmp_path, text, line):
 
 
 @pytest.mark.parametrize("row", [
-    pytest.param('{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [%d]}' % 2**64,
+    pytest.param(f'{{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [{2**64}]}}',
                  id="hash-id-beyond-int64"),
-    pytest.param('{"timestamp": 0, "input_length": 5, "output_length": 5, "session_id": %d}' % 2**70,
+    pytest.param(f'{{"timestamp": 0, "input_length": 5, "output_length": 5, "session_id": {2**70}}}',
                  id="session-id-beyond-int64"),
-    pytest.param('{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [%d]}\n'
-                 '{"timestamp": 0, "input_length": 5, "output_length": 5}' % INT64_MAX,
+    pytest.param(f'{{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [{INT64_MAX}]}}\n'
+                 '{"timestamp": 0, "input_length": 5, "output_length": 5}',
                  id="synthesised-ids-after-the-largest-int64"),
 ])
 def test_what_jsonl_accepts_converts_to_parquet(tmp_path, row):
