@@ -27,8 +27,9 @@ plan: $(STAMP)
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
 
+# Two workers (this machine has 2 cores); module-scoped fixtures stay on one worker (--dist loadscope).
 test: $(STAMP) engine
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadscope
 
 # The suite with two CPU-burning processes beside it: the check that no test depends on a quiet machine.
 test-busy: $(STAMP) engine

@@ -30,8 +30,9 @@ def run_once(n: int, rate: float, overrides: list[str], out_dir: Path) -> tuple[
     cmd = [sys.executable, "-c", probe, sys.executable, "-m", "harness", f"workload.num_requests={n}",
            f"loadgen.rate_rps={rate}", "loadgen.progress=false", "analysis.figures=false",
            f"hydra.run.dir={out_dir}", *overrides]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONHASHSEED": "0"})
+    done = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"}
+    )
     last = done.stdout.strip().splitlines()[-1].split()
     wall, rss_kb, rc = float(last[0]), int(last[1]), int(last[2])
     if rc != 0:

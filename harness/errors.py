@@ -12,7 +12,6 @@ SIGTERM), each with one stderr line: `run_command` (argparse commands) and `harn
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import functools
 import os
@@ -125,8 +124,10 @@ def install_signal_handlers() -> Callable[[], None]:
 
     def restore() -> None:
         for sig, old in previous.items():
-            with contextlib.suppress(ValueError, TypeError):
+            try:
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            except (ValueError, TypeError):
+                pass
 
     return restore
 

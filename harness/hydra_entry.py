@@ -12,7 +12,6 @@ messages are folded into one line that keeps the key and the valid choices Hydra
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import os
 import sys
@@ -186,8 +185,10 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
             stderr = _Stderr(sys.stderr)
             args: Any = None
             if wants_help(sys.argv[1:]):  # fast: this command's page, no Hydra import, no composition
-                with contextlib.suppress(BrokenPipeError):  # `harness --help | head`
+                try:
                     print(help_text(task, conf_dir(), _help_page(task.__module__)))
+                except BrokenPipeError:  # `harness --help | head`
+                    pass
                 restore_signals()
                 return
             try:

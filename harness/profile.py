@@ -129,8 +129,9 @@ class Experiment:
         require(self.clock in CLOCKS, f"profile.clock={self.clock!r}; valid: {', '.join(CLOCKS)}")
         self.cpu = None
         if self.clock == "cpu":
-            require(self.p.engine_pid is not None,
-                    "profile.clock=cpu needs profile.engine_pid (the local engine's pid)")
+            require(
+                self.p.engine_pid is not None, "profile.clock=cpu needs profile.engine_pid (the local engine's pid)"
+            )
             self.cpu = ProcessCpu(int(self.p.engine_pid))
 
     def prompt(self, n: int) -> list[int]:
@@ -318,12 +319,26 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
     both = pre[pre["server_prompt_ms"].notna() & pre["ttft_s"].notna()]
     overhead = float((both["ttft_s"] - both["server_prompt_ms"] / 1e3).median()) if len(both) else None
     return {
-        "prefill": {"kind": "polynomial", **prefill.params, "rms_rel": prefill.rms_rel, "max_rel": prefill.max_rel,
-                    "n": prefill.n, "median_s": _median_by(pre_fit, "input_tokens", "prefill_s")},
-        "decode": {"kind": "linear", "step_source": step_source, **decode.params, "rms_rel": decode.rms_rel,
-                   "max_rel": decode.max_rel, "n": decode.n,
-                   "median_step_s": {f"{int(b)}x{int(t)}": float(g["step_s"].median())
-                                     for (b, t), g in dec_fit.groupby(["batch", "input_tokens"])}},
+        "prefill": {
+            "kind": "polynomial",
+            **prefill.params,
+            "rms_rel": prefill.rms_rel,
+            "max_rel": prefill.max_rel,
+            "n": prefill.n,
+            "median_s": _median_by(pre_fit, "input_tokens", "prefill_s"),
+        },
+        "decode": {
+            "kind": "linear",
+            "step_source": step_source,
+            **decode.params,
+            "rms_rel": decode.rms_rel,
+            "max_rel": decode.max_rel,
+            "n": decode.n,
+            "median_step_s": {
+                f"{int(b)}x{int(t)}": float(g["step_s"].median())
+                for (b, t), g in dec_fit.groupby(["batch", "input_tokens"])
+            },
+        },
         "holdout": checks,
         "cached": cached,
         "client_minus_server_prefill_s": overhead,
@@ -333,11 +348,12 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
 
 def _design_text(p: DictConfig, slots: int) -> str:
     batches, held = decode_batches(slots, p.decode.batches, p.decode.holdout_batches)
-    return (f"prefill: lengths {list(p.prefill.lengths)} x {p.prefill.repeats}, "
-            f"held out {list(p.prefill.holdout_lengths)}"
-            f" x {p.prefill.holdout_repeats}, max_tokens=1, fresh ids, cache_prompt=false; decode: batches "
-            f"{batches}, held out {held}, prompts {list(p.decode.prompt_tokens)}, {p.decode.output_tokens} tokens,"
-            f" x {p.decode.repeats}; interleaved in a seeded random order")
+    return (
+        f"prefill: lengths {list(p.prefill.lengths)} x {p.prefill.repeats}, held out {list(p.prefill.holdout_lengths)}"
+        f" x {p.prefill.holdout_repeats}, max_tokens=1, fresh ids, cache_prompt=false; decode: batches "
+        f"{batches}, held out {held}, prompts {list(p.decode.prompt_tokens)}, {p.decode.output_tokens} tokens,"
+        f" x {p.decode.repeats}; interleaved in a seeded random order"
+    )
 
 
 def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any], slots: int,
@@ -411,14 +427,16 @@ def check_loads(model_path: Path, hardware: str) -> Any:
 
 def _table(document: dict[str, Any]) -> str:
     pre, dec = document["prefill"], document["decode"]
-    lines = ["prefill (median s by input tokens): " + ", ".join(f"{k}: {v:.4f}" for k, v in pre["median_s"].items()),
-             f"  fit T(l) = {pre['c0']:.4g} + {pre['c1']:.4g}*l + {pre['c2']:.4g}*l^2   RMS rel residual "
-             f"{100 * pre['rms_rel']:.1f}% (n={pre['n']})",
-             "decode step (median s by batch x prompt): " + ", ".join(f"{k}: {v:.4f}"
-                                                                       for k, v in dec["median_step_s"].items()),
-             f"  fit step = {dec['base_s']:.4g} + {dec['per_seq_s']:.4g}*batch + {dec['per_token_s']:.4g}*ctx   "
-             f"RMS rel residual {100 * dec['rms_rel']:.1f}% (n={dec['n']})",
-             f"slots: {document['slots']}"]
+    lines = [
+        "prefill (median s by input tokens): " + ", ".join(f"{k}: {v:.4f}" for k, v in pre["median_s"].items()),
+        f"  fit T(l) = {pre['c0']:.4g} + {pre['c1']:.4g}*l + {pre['c2']:.4g}*l^2   RMS rel residual "
+        f"{100 * pre['rms_rel']:.1f}% (n={pre['n']})",
+        "decode step (median s by batch x prompt): "
+        + ", ".join(f"{k}: {v:.4f}" for k, v in dec["median_step_s"].items()),
+        f"  fit step = {dec['base_s']:.4g} + {dec['per_seq_s']:.4g}*batch + {dec['per_token_s']:.4g}*ctx   "
+        f"RMS rel residual {100 * dec['rms_rel']:.1f}% (n={dec['n']})",
+        f"slots: {document['slots']}",
+    ]
     for c in document["holdout"]:
         what = f"{c['input_tokens']} tokens" if c["probe"] == "prefill" else f"batch {c['batch']} x {c['input_tokens']}"
         lines.append(f"held out {c['probe']:<7} {what:<18} measured {c['measured_s']:.4f} s  predicted "
@@ -431,9 +449,11 @@ def _table(document: dict[str, Any]) -> str:
 
 def profile_endpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     require(bool(cfg.target.url), "harness-profile needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
-    require(int(cfg.profile.decode.output_tokens) >= 8,
-            f"profile.decode.output_tokens must be >= 8 (a step is timed from the gaps), "
-            f"got {cfg.profile.decode.output_tokens}")
+    require(
+        int(cfg.profile.decode.output_tokens) >= 8,
+        "profile.decode.output_tokens must be >= 8 (a step is timed from the gaps), "
+        f"got {cfg.profile.decode.output_tokens}",
+    )
     require(int(cfg.profile.slot_probe.output_tokens) >= 2,
             f"profile.slot_probe.output_tokens must be >= 2, got {cfg.profile.slot_probe.output_tokens}")
     require(cfg.profile.clock in CLOCKS, f"profile.clock={cfg.profile.clock!r}; valid: {', '.join(CLOCKS)}")

@@ -50,8 +50,9 @@ class LoadgenConfig:
     max_concurrency: int | None = None
     ramp_up_s: float | None = None  # linear ramp: the arrival rate grows from ramp_up_start_fraction x rate
     ramp_up_start_fraction: float = 0.0  # to the full rate over the first ramp_up_s run-clock seconds
-    # linear | exponential (vLLM's --ramp-up-strategy names; exponential needs a start > 0)
-    ramp_up_strategy: str = "linear"
+    ramp_up_strategy: str = (
+        "linear"  # linear | exponential (vLLM's --ramp-up-strategy names; exponential needs a start > 0)
+    )
     status_every_s: float = 10.0  # wall seconds between one-line status reports on stderr (0: none)
 
 
@@ -234,7 +235,7 @@ def validate_config(cfg: Any) -> None:
     for rule in RANGES:
         try:
             value = OmegaConf.select(cfg, rule.key, default=_ABSENT, throw_on_missing=False)
-        except Exception:  # an unresolvable value is reported where it is used
+        except Exception:
             continue
         if value is _ABSENT:
             continue

@@ -13,4 +13,4 @@ for _ in $(seq "${BURNERS:-2}"); do
   burners+=($!)
 done
 echo "busy_test: ${#burners[@]} CPU burners running (pids ${burners[*]})"
-"$PY" -m pytest -q "$@"
+"$PY" -m pytest -q -n 2 --dist loadscope "$@"

@@ -7,7 +7,6 @@ Every run directory's `requests.parquet` and `timeseries.parquet` go through `re
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 import os
@@ -189,8 +188,10 @@ def write_parquet(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
             code = int(found.group(1)) if found else None
         raise OSError(code, os.strerror(code) if code else str(err), str(path)) from err
     finally:
-        with contextlib.suppress(OSError):  # a read-only filesystem refuses even this
+        try:
             tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only filesystem refuses even this
+            pass
     return path
 
 

@@ -168,7 +168,9 @@ def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame,
         v = requests_df[column].to_numpy(dtype=float, na_value=np.nan)[done] if column in requests_df else np.array([])
         return m.vllm_stats(v, name, tuple(percentiles))
 
-    tokens = lambda c: int(requests_df[c].to_numpy(dtype=float, na_value=0.0)[done].sum()) if c in requests_df else 0  # noqa: E731
+    def tokens(c: str) -> int:
+        return int(requests_df[c].to_numpy(dtype=float, na_value=0.0)[done].sum()) if c in requests_df else 0
+
     rate = summary.get("offered_rps")
     max_conc = summary.get("max_concurrency")
     if max_conc is None or (isinstance(max_conc, float) and not math.isfinite(max_conc)):
@@ -176,8 +178,9 @@ def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame,
     out: dict[str, Any] = {
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "label": summary.get("deployment"),
-        "model_id": (summary.get("served_model") if isinstance(summary.get("served_model"), str)
-                     else summary.get("model")),
+        "model_id": summary.get("served_model")
+        if isinstance(summary.get("served_model"), str)
+        else summary.get("model"),
         "num_prompts": summary["n_requests"],
         "request_rate": rate if _finite(rate) else "inf",  # vLLM writes "inf" for an unpaced run
         "burstiness": summary.get("burstiness", float("nan")),

@@ -218,8 +218,9 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
         if not steps or any(not isinstance(x, (int, float)) or x < 0 for x in steps):
             raise InputError(f"{w}.batch_step_s must be a non-empty list of step times >= 0 (batch 1, 2, ...), "
                              f"got {steps!r}")
-        per_batch = decode = PerBatchDecode([float(x) for x in steps],
-                                            number(decode_block, "per_token_s", w, minimum=0))
+        per_batch = decode = PerBatchDecode(
+            [float(x) for x in steps], number(decode_block, "per_token_s", w, minimum=0)
+        )
         bs_max = integer(decode_block, "bs_max", w, minimum=1)
         t_decode = decode(bs_max, float(bs_max * hw.decode_reference_context_tokens))
         prov["bs_max"] = f"given: {decode_block.get('provenance', '')}"

@@ -21,6 +21,7 @@ from harness.deploy.deployment import Deployment
 from harness.deploy.faults import schedule_faults
 from harness.deploy.link import Link
 from harness.deploy.rebalancer import Rebalancer
+from harness.deploy.router.base import ReplanningRouter
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
 from harness.planner.inputs import SharedInputs, shared_inputs
@@ -157,7 +158,7 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         decode_step_s=inputs.decode_step_override_s,
         mode=mode,
     )
-    if hasattr(router, "set_replanner") and prfaas is not None:
+    if isinstance(router, ReplanningRouter) and prfaas is not None:
         router.set_replanner(threshold_for_capacity(cfg, deployment), float(cfg.link.capacity_gbps))
     # A deployment without a cross-DC path (homogeneous PD) has nothing for these faults to hit.
     faults = OmegaConf.to_container(cfg.faults, resolve=True)

@@ -27,91 +27,34 @@ Semantics (Gbps are 1e9 bit/s; sizes are bytes; times are seconds on the link's 
   flows in progress. Transfers started at the same instant share one recomputation.
 - `egress_series` integrates the recorded piecewise-constant aggregate rate exactly; the
   recorded rate never exceeds the recorded capacity.
+
+Parts: the sharing math is `harness.deploy.fair_share`, input checks `harness.deploy.link_inputs`,
+the rate log and egress series `harness.deploy.rate_log`, a transfer `harness.deploy.link_flow`;
+this module holds the link's events.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from harness.clock import Clock, Timer
-from harness.errors import InputError
+from harness.deploy import link_inputs
+from harness.deploy.fair_share import per_connection_bps, water_fill
+from harness.deploy.link_flow import BYTES_PER_GBIT as _BYTES_PER_GBIT
+from harness.deploy.link_flow import Flow
+from harness.deploy.link_inputs import number as _number
+from harness.deploy.rate_log import RateLog
 
-_BYTES_PER_GBIT = 1e9 / 8
-# Implementation note: a flow is done when what remains is below a tiny byte epsilon or would
-# take less than a few ulps of the current time to send. Without the time test, rounding in
-# `now - t_last` leaves crumbs that would be scheduled as zero-length events forever.
-_BYTE_EPS = 1e-6
-_REL_BYTE_EPS = 1e-12
+__all__ = ["Flow", "Link", "RateLog", "per_connection_bps", "water_fill"]
+
+# A flow is done when what remains is below its byte epsilon (see link_flow) or would take less
+# than a few ulps of the current time to send. Without the time test, rounding in `now - t_last`
+# leaves crumbs that would be scheduled as zero-length events forever.
 _TIME_ULPS = 64.0
-
-
-def _number(field: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
-    """Validate a finite number >= minimum (> minimum when strict) and return it as float."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"link.{field} must be a number, got {value!r}") from None
-    bad = not math.isfinite(x) or (x <= minimum if strict else x < minimum)
-    if bad:
-        op = ">" if strict else ">="
-        raise InputError(f"link.{field} must be a finite number {op} {minimum:g}, got {value!r}")
-    return x
-
-
-def _count(field: str, value: Any) -> int:
-    """Validate an integer >= 1 (numpy integers too, bools not)."""
-    try:
-        n = operator.index(value)
-    except TypeError:
-        n = 0
-    if isinstance(value, bool) or n < 1:
-        raise InputError(f"link.{field} must be an integer >= 1, got {value!r}")
-    return n
-
-
-class Flow:
-    """One transfer in progress on a `Link`. Read-only for callers.
-
-    `finish_s` is when the last byte left (None until then); `on_done` runs at
-    `finish_s + rtt_s/2`. `sent_bytes` and `rate_gbps` are evaluated at the clock's now().
-    """
-
-    __slots__ = ("_link", "nbytes", "start_s", "produce_s", "produce_end_s", "_produce_rate",
-                 "_on_done", "_sent", "_rate", "_eps", "finish_s")
-
-    def __init__(self, link: Link, nbytes: float, on_done: Callable[[], None], start_s: float,
-                 produce_s: float) -> None:
-        self._link = link
-        self.nbytes = nbytes
-        self.start_s = start_s
-        self.produce_s = produce_s
-        self.produce_end_s = start_s + produce_s
-        self._produce_rate = nbytes / produce_s if produce_s > 0 else math.inf
-        self._on_done = on_done
-        self._sent = 0.0  # bytes sent as of link._t_last
-        self._rate = 0.0  # bytes/s since link._t_last
-        self._eps = _BYTE_EPS + _REL_BYTE_EPS * nbytes  # done when fewer bytes remain
-        self.finish_s: float | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.finish_s is not None
-
-    @property
-    def sent_bytes(self) -> float:
-        if self.finish_s is not None:
-            return self.nbytes
-        dt = self._link._clock.now() - self._link._t_last
-        return min(self.nbytes, self._sent + self._rate * dt)
-
-    @property
-    def rate_gbps(self) -> float:
-        return 0.0 if self.finish_s is not None else self._rate / _BYTES_PER_GBIT
 
 
 class Link:
@@ -126,16 +69,14 @@ class Link:
         self._clock = clock
         self._capacity_gbps = _number("capacity_gbps", capacity_gbps)
         self.rtt_s = _number("rtt_s", rtt_s)
-        self.connections = _count("connections", connections)
-        self.loss_rate = _number("loss_rate", loss_rate)
-        if self.loss_rate >= 1.0:
-            raise InputError(f"link.loss_rate must be in [0, 1), got {loss_rate!r}")
+        self.connections = link_inputs.count("connections", connections)
+        self.loss_rate = link_inputs.loss_rate(loss_rate)
         self.mss_bytes = _number("mss_bytes", mss_bytes, strict=True)
         self._per_conn_cap_bps = math.inf
         if per_connection_gbps is not None:
             self._per_conn_cap_bps = _number("per_connection_gbps", per_connection_gbps, strict=True) * 1e9
         self._set_flow_cap()
-        self._schedule = self._check_schedule(capacity_schedule)
+        self._schedule = link_inputs.capacity_schedule(capacity_schedule)
         self._sched_i = 0
 
         self._flows: list[Flow] = []
@@ -145,16 +86,12 @@ class Link:
         self._next_produce_end = math.inf
         self._timer: Timer | None = None
         self._timer_when = math.nan
-        self._pts_t: list[float] = []
-        self._pts_rate_gbps: list[float] = []
-        self._pts_cap_gbps: list[float] = []
+        self._log = RateLog()
         self._update()
 
     def _set_flow_cap(self) -> None:
-        per_conn_bps = self._per_conn_cap_bps
-        if self.loss_rate > 0 and self.rtt_s > 0:
-            mathis_bps = self.mss_bytes * 8 / (self.rtt_s * math.sqrt(2 * self.loss_rate / 3))
-            per_conn_bps = min(per_conn_bps, mathis_bps)
+        per_conn_bps = per_connection_bps(self._per_conn_cap_bps, self.loss_rate, self.rtt_s,
+                                          self.mss_bytes)
         self.flow_cap_gbps = self.connections * per_conn_bps / 1e9  # inf: no per-flow cap
         self._flow_cap = self.connections * per_conn_bps / 8  # bytes/s
 
@@ -163,10 +100,7 @@ class Link:
         if rtt_s is not None:
             self.rtt_s = _number("rtt_s", rtt_s)
         if loss_rate is not None:
-            loss = _number("loss_rate", loss_rate)
-            if loss >= 1.0:
-                raise InputError(f"link.loss_rate must be in [0, 1), got {loss_rate!r}")
-            self.loss_rate = loss
+            self.loss_rate = link_inputs.loss_rate(loss_rate)
         self._set_flow_cap()
         self._update()
 
@@ -187,21 +121,6 @@ class Link:
                    per_connection_gbps=cfg.per_connection_gbps, loss_rate=cfg.loss_rate,
                    mss_bytes=cfg.mss_bytes, capacity_schedule=cfg.capacity_schedule,
                    name=cfg.name)
-
-    @staticmethod
-    def _check_schedule(schedule: Sequence[Any]) -> list[tuple[float, float]]:
-        out: list[tuple[float, float]] = []
-        for i, entry in enumerate(schedule):
-            if isinstance(entry, str | bytes) or not hasattr(entry, "__len__") or len(entry) != 2:
-                raise InputError(f"link.capacity_schedule[{i}] must be [t_s, capacity_gbps], "
-                                 f"got {entry!r}")
-            t = _number(f"capacity_schedule[{i}].t_s", entry[0], minimum=-math.inf)
-            gbps = _number(f"capacity_schedule[{i}].capacity_gbps", entry[1])
-            if out and t < out[-1][0]:
-                raise InputError(f"link.capacity_schedule[{i}].t_s={t:g} is before the previous "
-                                 f"entry's {out[-1][0]:g}; times must be non-decreasing")
-            out.append((t, gbps))
-        return out
 
     # -- public interface ---------------------------------------------------------------------
 
@@ -266,8 +185,7 @@ class Link:
 
     def change_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Recorded (t_s, aggregate Gbps, capacity Gbps); each holds until the next t_s."""
-        return (np.array(self._pts_t), np.array(self._pts_rate_gbps),
-                np.array(self._pts_cap_gbps))
+        return self._log.change_points()
 
     def egress_series(self, t_end: float, bin_s: float, *,
                       t_start: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -277,16 +195,7 @@ class Link:
         integrals of the recorded piecewise-constant rates; after now() the current state is
         assumed to persist. Before the link existed the rate is 0.
         """
-        bin_s = _number("egress_series.bin_s", bin_s, strict=True)
-        t_end = _number("egress_series.t_end", t_end, minimum=-math.inf)
-        if t_end <= t_start:
-            raise InputError(f"egress_series.t_end must be > t_start={t_start:g}, got {t_end:g}")
-        n_bins = max(1, math.ceil((t_end - t_start) / bin_s - 1e-9))
-        edges = t_start + bin_s * np.arange(n_bins + 1)
-        t, rate, cap = self.change_points()
-        egress = np.diff(_integral(t, rate, edges, before=0.0)) / bin_s
-        capacity = np.diff(_integral(t, cap, edges, before=cap[0])) / bin_s
-        return edges[:-1], egress, capacity
+        return self._log.egress_series(t_end, bin_s, t_start=t_start)
 
     # -- event machinery ----------------------------------------------------------------------
 
@@ -354,36 +263,12 @@ class Link:
             else:
                 caps.append(flow_cap)
         self._next_produce_end = next_produce_end
-        remaining, left = capacity, len(flows)
-        share = 0.0
-        for i in sorted(range(len(flows)), key=caps.__getitem__):
-            share = remaining / left
-            if caps[i] > share:
-                break  # every later cap is at least as large: all of them get `share`
-            flows[i]._rate = caps[i]
-            remaining -= caps[i]
-            left -= 1
-        agg = capacity - remaining
-        if left:
-            for f, cap in zip(flows, caps, strict=True):
-                if cap > share:
-                    f._rate = share
-            agg += share * left
-        self._agg = min(capacity, agg)
+        rates, self._agg = water_fill(capacity, caps)
+        for f, rate in zip(flows, rates, strict=True):
+            f._rate = rate
 
     def _record(self, now: float) -> None:
-        rate_gbps, cap_gbps = self._agg / _BYTES_PER_GBIT, self._capacity_gbps
-        if not self._pts_t:
-            unchanged = False
-        elif self._pts_t[-1] == now:
-            self._pts_rate_gbps[-1], self._pts_cap_gbps[-1] = rate_gbps, cap_gbps
-            unchanged = True
-        else:
-            unchanged = (self._pts_rate_gbps[-1], self._pts_cap_gbps[-1]) == (rate_gbps, cap_gbps)
-        if not unchanged:
-            self._pts_t.append(now)
-            self._pts_rate_gbps.append(rate_gbps)
-            self._pts_cap_gbps.append(cap_gbps)
+        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)
 
     def _set_next_event(self, now: float) -> None:
         nxt = self._next_produce_end
@@ -403,14 +288,3 @@ class Link:
         # Never schedule in the past or at now (which would loop without progress).
         self._set_timer(max(nxt, math.nextafter(now, math.inf)))
 
-
-def _integral(t: np.ndarray, y: np.ndarray, x: np.ndarray, *, before: float) -> np.ndarray:
-    """Integral from t[0] of the step function y (y[k] on [t[k], t[k+1])), evaluated at x.
-
-    Left of t[0] the function is `before` (integral negative there, so differences stay exact).
-    """
-    cum = np.concatenate(([0.0], np.cumsum(y[:-1] * np.diff(t))))
-    k = np.searchsorted(t, x, side="right") - 1
-    inside = k >= 0
-    kk = np.where(inside, k, 0)
-    return np.where(inside, cum[kk] + y[kk] * (x - t[kk]), before * (x - t[0]))

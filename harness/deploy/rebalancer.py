@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.clock import Clock, Timer
+from harness.deploy.router.base import ThresholdRouter
 from harness.errors import InputError
 
 # plan(lengths, mean_output, fixed) -> (lambda_rps, n_prefill, n_decode, threshold); fixed=None: free search
@@ -85,7 +86,7 @@ class Rebalancer:
         gain = best / current - 1 if current > 0 else float("inf")
         if gain < self.min_gain:
             return
-        if new_t is not None and hasattr(dep.router, "set_threshold"):
+        if new_t is not None and isinstance(dep.router, ThresholdRouter):
             dep.router.set_threshold(new_t)
         if (new_p, new_d) != (n_p, n_d):
             dep.convert(new_p, new_d, self.switch_delay_s)

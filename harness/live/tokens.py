@@ -69,8 +69,9 @@ class TextTokenizer:
             try:
                 from tokenizers import Tokenizer
             except ImportError as err:
-                raise ValueError("server.tokenizer_file needs the `tokenizers` package "
-                                 "(pip install tokenizers)") from err
+                raise ValueError(
+                    "server.tokenizer_file needs the `tokenizers` package (pip install tokenizers)"
+                ) from err
             try:
                 self._tok = Tokenizer.from_file(str(tokenizer_file))
             except Exception as err:  # the library raises its own exception types

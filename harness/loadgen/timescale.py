@@ -37,8 +37,9 @@ async def detect_time_scale(session: aiohttp.ClientSession, url: str, override: 
                             headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> tuple[float, str]:
     """(time scale, where it came from: `target.time_scale`, `/health`, `/v1/models` or `default`)."""
     if override is not None:
-        require(_scale(override) is not None,
-                f"target.time_scale must be a finite number > 0 (or null), got {override}")
+        require(
+            _scale(override) is not None, f"target.time_scale must be a finite number > 0 (or null), got {override}"
+        )
         return float(override), "target.time_scale"
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     for path in ("/health", "/v1/models"):

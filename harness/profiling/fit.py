@@ -75,8 +75,9 @@ def predict_prefill(fit: Fit, tokens: float | np.ndarray) -> float | np.ndarray:
 
 def predict_decode(fit: Fit, batch: float | np.ndarray, context_tokens: float | np.ndarray) -> float | np.ndarray:
     p = fit.params
-    return (p["base_s"] + p["per_seq_s"] * np.asarray(batch, float)
-            + p["per_token_s"] * np.asarray(context_tokens, float))
+    return (
+        p["base_s"] + p["per_seq_s"] * np.asarray(batch, float) + p["per_token_s"] * np.asarray(context_tokens, float)
+    )
 
 
 def rel_error(predicted: float, measured: float) -> float:

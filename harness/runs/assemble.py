@@ -32,13 +32,17 @@ def run_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Run one configuration and write its directory; returns the summary row."""
+    return run_into(cfg, run_dir(cfg))
+
+
+def run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
+    """`run(cfg)` into the directory `out` (a driver that runs several configurations in one job)."""
     from harness.analysis.frames import write_parquet
     from harness.analysis.summary import write_run
     from harness.runs.recording import writing_to
 
     if cfg.mode not in MODES:
         raise InputError(f"mode={cfg.mode!r} is not available in this build; valid: {choices(MODES)}")
-    out = run_dir(cfg)
     with writing_to(out):
         out.mkdir(parents=True, exist_ok=True)
     if cfg.mode == "sim":

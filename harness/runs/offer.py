@@ -59,7 +59,7 @@ def make_offer(cfg: Any, stream: bool = False) -> Offer:
     ramp_up_s = lg_get(cfg, "ramp_up_s")
     workload = instantiate_workload(cfg.workload)
     # A saturation run reads the requests twice (which turn continues which): a list.
-    lazy = stream and not ramp_up_s and not saturate and callable(getattr(workload, "stream", None))
+    lazy = stream and not ramp_up_s and not saturate and bool(getattr(workload, "streams_as_generated", False))
     requests = cast(Any, workload).stream(rate) if lazy else build_workload(workload, rate_rps=rate)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
     if not lazy:

@@ -17,7 +17,7 @@ import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +48,15 @@ class RecordStream:
     for runs whose caller is an event loop that must be told.
     """
 
-    def __init__(self, path: Path | None, frame: Callable[[Any], pd.DataFrame] = requests_frame, *,
-                 every: int = 5000, every_s: float = 1.0,
-                 on_error: Callable[[OutputError], object] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        frame: Callable[[Any], pd.DataFrame] = requests_frame,
+        *,
+        every: int = 5000,
+        every_s: float = 1.0,
+        on_error: Callable[[OutputError], object] | None = None,
+    ) -> None:
         if every < 1 or not every_s > 0:
             raise InputError(f"recording.flush_every must be >= 1 and recording.flush_s > 0, got {every}, {every_s}")
         self.path = path
@@ -127,8 +133,10 @@ class RecordStream:
 
     def abort(self) -> None:
         """Stop the writer without raising (the run is failing for another reason): write what it can."""
-        with suppress(OutputError):
+        try:
             self.close()
+        except OutputError:
+            pass
 
     def read(self) -> pd.DataFrame:
         """Everything streamed so far (after `close`), read back from the parts."""
@@ -223,9 +231,13 @@ def writing_to(path: Path | str) -> Iterator[None]:
         raise output_error(getattr(err, "filename", None) or path, err) from err
 
 
-def streams_from(cfg: Any, run_dir: Path | None, *names: str,
-                 frames: dict[str, Callable[[Any], pd.DataFrame]] | None = None,
-                 on_error: Callable[[OutputError], object] | None = None) -> dict[str, RecordStream]:
+def streams_from(
+    cfg: Any,
+    run_dir: Path | None,
+    *names: str,
+    frames: dict[str, Callable[[Any], pd.DataFrame]] | None = None,
+    on_error: Callable[[OutputError], object] | None = None,
+) -> dict[str, RecordStream]:
     """One stream per file name (`requests`, `chunks`, ...) in run_dir, flushed as `recording.*` says."""
     rec = cfg.get("recording") if hasattr(cfg, "get") else None
     every = int(rec.flush_every) if rec is not None else 5000

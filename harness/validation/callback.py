@@ -30,13 +30,16 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.errors import EXIT_BAD_INPUT, InputError
+
+if TYPE_CHECKING:
+    from harness.engine.server import EngineServer
 
 _STATE: dict[str, Any] = {}
 
@@ -78,7 +81,7 @@ def _task_cfg(config: DictConfig) -> DictConfig:
 
 class ValidateCallback(Callback):
     def __init__(self) -> None:
-        self.engine = None
+        self.engine: EngineServer | None = None
         self.url = ""
         self.sweep_dir = Path(".")
         self.runs: list[dict[str, Any]] = []
@@ -91,7 +94,7 @@ class ValidateCallback(Callback):
             self._prepare(config)
         except InputError as err:  # Hydra turns a callback's exception into a warning: stop here instead
             self._abort(f"error: {err}", EXIT_BAD_INPUT)
-        except Exception as err:  # the engine is stopped and the run ends with one line
+        except Exception as err:
             self._abort(f"error: validate_engine could not start: {type(err).__name__}: {err}", 1)
 
     def _abort(self, message: str, status: int) -> None:
@@ -205,7 +208,7 @@ class ValidateCallback(Callback):
 
 
     def _capacity(self, config: DictConfig) -> None:
-        from harness.sim import run_sim
+        from harness.runs.sim import run_sim
 
         cfg = _task_cfg(config)
         with open_dict(cfg):
@@ -223,8 +226,7 @@ class ValidateCallback(Callback):
 
     # -- around each job ----------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.analysis.summary import write_run
-        from harness.loadgen.run import run_url, write_extras
+        from harness.runs.assemble import run_into
 
         fraction = float(config.experiment.load_fraction)
         index = len(self.runs)
@@ -238,11 +240,9 @@ class ValidateCallback(Callback):
         out = self.sweep_dir / "engine" / f"load{index}"
         out.mkdir(parents=True, exist_ok=True)
         try:
-            result = run_url(cfg)
-        except Exception as err:  # see on_multirun_start
+            run_into(cfg, out)
+        except Exception as err:
             self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
-        write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis)
-        write_extras(out, result)
         run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
                "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
         if self.rounds and bool(config.experiment.recalibrate):
@@ -262,5 +262,6 @@ class ValidateCallback(Callback):
             self.engine.stop()
         if not self.runs:
             return
-        table = write_validation(self.sweep_dir, self.runs, self.meta, OmegaConf.to_container(config.experiment))
+        table = write_validation(self.sweep_dir, self.runs, self.meta,
+                                 cast(dict[str, Any], OmegaConf.to_container(config.experiment)))
         print(table, flush=True)

@@ -92,6 +92,6 @@ def write_validation(sweep_dir: Path, runs: list[dict[str, Any]], meta: dict[str
     (sweep_dir / "validation.json").write_text(json.dumps(sidecar, indent=1, default=str))
     try:
         ttft_cdf_figure(runs, sweep_dir / "ttft_cdf.png")
-    except Exception as err:  # a figure must not lose the table
+    except Exception as err:
         print(f"warning: ttft_cdf.png not written: {err}")
     return format_table(frame)

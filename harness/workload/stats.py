@@ -188,7 +188,16 @@ def stream_trace_stats(path: str | Path, fmt: str | None = None, block_tokens: i
     if len(t) == 0:
         raise InputError(f"{report.path}: no usable requests (all {report.rows} rows have an empty prompt)")
     ins, outs, hit = np.concatenate(inputs), np.concatenate(outputs), np.concatenate(hits)
-    lru = {str(c): np.concatenate(h) for c, h in zip(lru_blocks, lru_hits, strict=False)}
-    stats = _assemble(t, ins, outs, hit, lru,
-                      block_tokens, refs, len(infinite.seen) + synthetic_blocks, refs_seen, sessions)
+    stats = _assemble(
+        t,
+        ins,
+        outs,
+        hit,
+        {str(c): np.concatenate(h) for c, h in zip(lru_blocks, lru_hits, strict=False)},
+        block_tokens,
+        refs,
+        len(infinite.seen) + synthetic_blocks,
+        refs_seen,
+        sessions,
+    )
     return stats, report

@@ -68,8 +68,6 @@ class RequestStream(Sequence[Request]):
 class SyntheticWorkload:
     """`num_requests` requests; same arguments and seed give the same requests, byte for byte."""
 
-    unique_blocks = True  # every prompt's hash_ids are fresh: no block id is shared between requests
-
     def __init__(self, input_lengths: Any, output_lengths: Any, arrivals: Any, num_requests: int = 2000,
                  seed: int | None = 0, block_tokens: int = 512, name: str = "synthetic") -> None:
         owner = f"workload {name!r}"
@@ -84,6 +82,20 @@ class SyntheticWorkload:
 
     def generate(self, rate_rps: float | None = None) -> list[Request]:
         return list(self.stream(rate_rps))
+
+    @property
+    def streams_as_generated(self) -> bool:
+        """True when `stream` gives what `generate` does (not for a subclass that re-implements
+        `generate`, whose requests `stream` would not see)."""
+        return type(self).generate is SyntheticWorkload.generate
+
+    @property
+    def unique_blocks(self) -> bool:
+        """True when no block id is shared between requests (every prompt's hash_ids fresh, as
+        `generate` here makes them); not for a subclass that re-implements `generate`, which may
+        share blocks (e.g. SharedPromptWorkload's system prompts): a sim run's unbounded prefix
+        pools keep no blocks of a workload that says True (HybridCachePool.forget_blocks)."""
+        return type(self).generate is SyntheticWorkload.generate
 
     def stream(self, rate_rps: float | None = None, chunk: int = 10_000) -> RequestStream:
         """The same requests as `generate`, built `chunk` at a time as they are read.

@@ -185,11 +185,17 @@ def test_a_ray_sweep_killed_midway_leaves_its_finished_runs_reportable(ray_head,
     address, env, pgid = ray_head
     out = tmp_path / "killed"
     n_runs = 8
-    args = ["experiment=threshold_sweep",
-            f"deployment.router.threshold_tokens=range(10000,{10000 + 5000 * n_runs},5000)",
-            "workload.num_requests=150", "analysis.figures=false", "loadgen.progress=false",
-            "+hydra.callbacks.plan.kv_table=false", "hydra/launcher=ray_cluster",
-            f"hydra.launcher.ray.init.address={address}", f"hydra.sweep.dir={out}"]
+    args = [
+        "experiment=threshold_sweep",
+        f"deployment.router.threshold_tokens=range(10000,{10000 + 5000 * n_runs},5000)",
+        "workload.num_requests=150",
+        "analysis.figures=false",
+        "loadgen.progress=false",
+        "+hydra.callbacks.plan.kv_table=false",
+        "hydra/launcher=ray_cluster",
+        f"hydra.launcher.ray.init.address={address}",
+        f"hydra.sweep.dir={out}",
+    ]
     driver = subprocess.Popen([sys.executable, "-m", "harness", "-m", *args], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_python(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, check=False, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def post(url: str, body: dict, timeout_s: float = 60.0) -> dict:

@@ -40,7 +40,7 @@ def test_every_request_completes_on_the_same_route(runs):
 def test_egress_series_is_the_emulators(runs):
     """The cross-DC link log, moved onto the run clock, carries the same bytes as in sim mode."""
     sim, live = runs
-    def total(ts):
+    def total(ts):  # one bin = 1 s
         return float(np.nansum(ts["egress_gbps"].to_numpy(float)))
 
     assert total(live.timeseries) == pytest.approx(total(sim.timeseries), rel=1e-6)

@@ -8,6 +8,8 @@ the instance inside a cluster (cache-affine or least loaded) is the deployment's
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -22,16 +24,41 @@ class RoutedRequest:
     cached_prfaas_tokens: int  # prefix already cached in the PrfaaS cluster (l_prfaas)
 
 
+class ClusterView(Protocol):
+    """What a router may read of the deployment at the moment it routes (read-only). A running
+    deployment hands a lazy view (harness/deploy/view.py) that computes a field only if it is read;
+    tests and tools can hand a `ClusterSnapshot`."""
+
+    @property
+    def has_prfaas(self) -> bool: ...
+    @property
+    def has_local_prefill(self) -> bool: ...
+    @property
+    def egress_utilisation(self) -> float: ...  # current cross-DC rate / capacity, 0..1
+    @property
+    def link_capacity_gbps(self) -> float: ...
+    @property
+    def prfaas_backlog_s(self) -> float: ...  # least-loaded PrfaaS instance's queued work
+    @property
+    def local_backlog_s(self) -> float: ...  # least-loaded local prefill instance's queued work
+    @property
+    def now_s(self) -> float: ...
+    @property
+    def link_backlog_s(self) -> float: ...  # KV bytes waiting on the cross-DC link / its capacity
+
+
 @dataclass(frozen=True, slots=True)
-class ClusterView:
+class ClusterSnapshot:
+    """A `ClusterView` with fixed values."""
+
     has_prfaas: bool
     has_local_prefill: bool
-    egress_utilisation: float  # current cross-DC rate / capacity, 0..1
+    egress_utilisation: float
     link_capacity_gbps: float
-    prfaas_backlog_s: float  # least-loaded PrfaaS instance's queued work
-    local_backlog_s: float  # least-loaded local prefill instance's queued work
+    prfaas_backlog_s: float
+    local_backlog_s: float
     now_s: float = 0.0
-    link_backlog_s: float = 0.0  # KV bytes waiting on the cross-DC link / its capacity
+    link_backlog_s: float = 0.0
 
 
 class Route(NamedTuple):
@@ -43,3 +70,19 @@ class Router(Protocol):
     def route(self, request: RoutedRequest, view: ClusterView) -> Route: ...
 
     def configure(self, threshold_tokens: float | None) -> None: ...
+
+
+# What a router can do beyond routing, declared by the router classes that can (they subclass these),
+# and asked for with isinstance by whoever needs it.
+class ThresholdRouter(ABC):
+    """Routes on an incremental-length threshold that the long-term rebalancer may re-optimise."""
+
+    @abstractmethod
+    def set_threshold(self, threshold_tokens: float) -> None: ...
+
+
+class ReplanningRouter(ABC):
+    """Re-solves its threshold through the planner when the link's capacity changes."""
+
+    @abstractmethod
+    def set_replanner(self, replan: Callable[[float], float | None], planned_gbps: float) -> None: ...

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest, ThresholdRouter
 from harness.errors import require
 
 
 @dataclass
-class PrfaasRouter:
+class PrfaasRouter(ThresholdRouter):
     threshold_tokens: float | None = None
 
     def __post_init__(self) -> None:

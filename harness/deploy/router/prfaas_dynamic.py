@@ -29,13 +29,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, ReplanningRouter, Route, RoutedRequest
 from harness.deploy.router.prfaas import PrfaasRouter
 from harness.errors import require
 
 
 @dataclass
-class PrfaasDynamicRouter(PrfaasRouter):
+class PrfaasDynamicRouter(PrfaasRouter, ReplanningRouter):
     cache_aware: bool = True
     bandwidth_aware: bool = True
     cache_transfer: bool = True

@@ -6,7 +6,6 @@ unless `fmt` names it. Bad input raises InputError naming the file, line (or row
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -95,5 +94,7 @@ def write_trace(requests: Sequence[Request], path: str | Path, fmt: str | None =
     except OSError as err:
         raise InputError(f"{path}: cannot write the trace ({err.strerror or err}); nothing was written") from err
     finally:
-        with contextlib.suppress(OSError):  # a read-only filesystem refuses even this
+        try:
             tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only filesystem refuses even this
+            pass

@@ -100,15 +100,17 @@ def check_columns(cols: Columns, names: FieldNames, where: Callable[[int], str],
         i = _first(bad)
         raise InputError(f"{where(i)}: field '{names.time}' must be a finite, non-negative time, got {float(t[i])!r}")
     if previous_t is not None and len(t) and t[0] < previous_t:
-        raise InputError(f"{where(0)}: field '{names.time}' goes back in time "
-                         f"({float(t[0])!r} after {float(previous_t)!r}); "
-                         f"timestamps must be non-decreasing")
+        raise InputError(
+            f"{where(0)}: field '{names.time}' goes back in time ({float(t[0])!r} after {float(previous_t)!r}); "
+            f"timestamps must be non-decreasing"
+        )
     back = np.diff(t) < 0
     if back.any():
         i = _first(back) + 1
-        raise InputError(f"{where(i)}: field '{names.time}' goes back in time "
-                         f"({float(t[i])!r} after {float(t[i - 1])!r}); "
-                         f"timestamps must be non-decreasing")
+        raise InputError(
+            f"{where(i)}: field '{names.time}' goes back in time ({float(t[i])!r} after {float(t[i - 1])!r}); "
+            f"timestamps must be non-decreasing"
+        )
     inp = np.asarray(cols.input_tokens, dtype=np.int64)
     out = np.asarray(cols.output_tokens, dtype=np.int64)
     for values, name in ((inp, names.input), (out, names.output)):

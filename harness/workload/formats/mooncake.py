@@ -89,8 +89,9 @@ def _rows(path: Path) -> Iterator[Row]:
 
 
 def _columns(path: Path, rows: list[Row]) -> tuple[Columns, Callable[[int], str]]:
-    linenos, times, inputs, outputs, hash_ids, sessions, turns = \
+    linenos, times, inputs, outputs, hash_ids, sessions, turns = (
         (list(c) for c in zip(*rows, strict=False)) if rows else ([], [], [], [], [], [], [])
+    )
     cols = Columns(np.asarray(times, dtype=np.float64), np.asarray(inputs, dtype=np.int64),
                    np.asarray(outputs, dtype=np.int64), hash_ids,
                    sessions if any(s is not None for s in sessions) else None,

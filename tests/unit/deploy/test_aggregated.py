@@ -192,3 +192,28 @@ def test_sim_run_through_the_config_group(compose_cfg, tmp_path):
     assert len(frame) == 40 and frame["error"].isna().all()
     assert (frame["ttft_s"] >= T(300) - 1e-9).all()
     assert math.isfinite(result.timeseries["util_decode"].mean())
+
+
+def test_sim_run_reuses_shared_prompts_of_a_workload_that_shares_blocks(compose_cfg):
+    """SharedPromptWorkload re-implements `generate` to share blocks: it must not inherit
+    SyntheticWorkload's `unique_blocks` promise, or the sim run's pools forget every block
+    (no prefix hit at all: TTFT ~2x the engine's on the shared-prompt requests of validate_engine)."""
+    from harness.sim import run_sim
+
+    cfg = compose_cfg(["deployment=aggregated", "workload=fixed", "loadgen.rate_rps=2",
+                       "loadgen.progress=false"]).copy()
+    OmegaConf.set_readonly(cfg, False)
+    with open_dict(cfg):
+        cfg.model = MODEL
+        cfg.workload = {"_target_": "harness.validation.workload.SharedPromptWorkload", "name": "shared",
+                        "num_requests": 40, "seed": 3, "block_tokens": 512, "shared_prompts": 1,
+                        "shared_prompt_tokens": 512, "shared_fraction": 0.5,
+                        "input_lengths": {"_target_": "harness.workload.lengths.Fixed", "value": 200},
+                        "output_lengths": {"_target_": "harness.workload.lengths.Fixed", "value": 8},
+                        "arrivals": {"_target_": "harness.workload.arrivals.Poisson", "rate_rps": 1.0}}
+    frame = run_sim(cfg).requests
+    shared = frame["input_tokens"] > 512
+    assert shared.sum() >= 10 and frame["error"].isna().all()
+    # every shared-prompt request but the first finds the 512-token prompt in the cache
+    assert (frame.loc[shared, "cached_tokens"] == 512).sum() == shared.sum() - 1
+    assert (frame.loc[~shared, "cached_tokens"] == 0).all()

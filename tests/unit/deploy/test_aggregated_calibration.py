@@ -63,6 +63,7 @@ def test_shared_prompt_workload_shares_whole_blocks_and_offsets_ids():
     kw = {"input_lengths": Uniform(100, 900), "output_lengths": Fixed(8), "arrivals": Poisson(1.0), "num_requests": 400,
               "seed": 1, "block_tokens": 512, "shared_prompts": 2, "shared_prompt_tokens": 1024, "shared_fraction": 0.5}
     reqs = SharedPromptWorkload(**kw).generate()
+    assert SharedPromptWorkload(**kw).unique_blocks is False  # a sim run's pools must keep its blocks
     shared = [r for r in reqs if r.hash_ids[0] >= 1 << 40]
     assert 0.4 < len(shared) / len(reqs) < 0.6
     assert {r.hash_ids[:2] for r in shared} == {r.hash_ids[:2] for r in shared[:50]} and \

@@ -123,14 +123,14 @@ def test_single_prefill_server_matches_md1_waiting_time(fake_profile):
 
 def test_least_loaded_heap_agrees_with_a_scan(fake_profile):
     """Random arrivals over 6 prefill instances: the heap's pick always has the least backlog."""
-    from harness.deploy.deployment import _LeastLoaded
+    from harness.deploy.view import LeastLoaded
     from harness.deploy.prefill import PrefillInstance
     from harness.deploy.job import Job
 
     clock = VirtualClock()
     profile = fake_profile(per_token_s=0.001)
     instances = [PrefillInstance(f"p{i}", clock, profile, lambda j, d: None, lambda j: None) for i in range(6)]
-    heap = _LeastLoaded(instances)
+    heap = LeastLoaded(instances)
     for instance in instances:
         instance.on_change = heap.push
     rng = np.random.default_rng(3)

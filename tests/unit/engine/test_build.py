@@ -26,8 +26,8 @@ def test_missing_cmake_is_one_line_with_the_apt_package(tmp_path):
     bin_dir = tmp_path / "bin"  # a PATH with python's own directory only: no cmake, no compiler
     bin_dir.mkdir()
     env = {**os.environ, "PRFAAS_CACHE": str(tmp_path / "cache"), "PATH": str(bin_dir)}
-    proc = subprocess.run([sys.executable, "-m", "harness.engine.build"], cwd=ROOT, env=env, check=False,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "harness.engine.build"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: cmake not found: install it with `apt-get install -y cmake`"]
     assert not list((tmp_path / "cache").rglob("*.tar.gz"))  # nothing downloaded

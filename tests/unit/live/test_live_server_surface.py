@@ -56,8 +56,9 @@ def test_metrics_carry_vllm_names_parse_and_counters_never_decrease(serve_fake):
         async with serve_fake() as (url, _), aiohttp.ClientSession() as s:
             for n in (0, 2, 3):
                 for _ in range(n):
-                    async with s.post(url + "/v1/completions",
-                                      json={"prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 3}) as r:
+                    async with s.post(
+                        url + "/v1/completions", json={"prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 3}
+                    ) as r:
                         assert r.status == 200
                 async with s.get(url + "/metrics") as r:
                     scrapes.append(await r.text())

@@ -31,8 +31,13 @@ def test_the_model_builder_is_deterministic_and_writes_the_spec_dims(tmp_path):
     other = build_model(ModelSpec(**{**TINY.__dict__, "seed": 4}), tmp_path / "a")
     assert other != a and other.read_bytes() != a.read_bytes()  # the seed is in the key and the weights
     arch = architecture_from_gguf(a)
-    shape = (arch["hidden_size"], arch["layers"], arch["q_heads"], arch["kv_heads"], arch["head_dim"])
-    assert shape == (64, 2, 4, 2, 16)
+    assert (arch["hidden_size"], arch["layers"], arch["q_heads"], arch["kv_heads"], arch["head_dim"]) == (
+        64,
+        2,
+        4,
+        2,
+        16,
+    )
     assert arch["params_b"] * 1e9 == pytest.approx(TINY.n_params() + (2 * TINY.layers + 1) * TINY.hidden)  # + norms
 
 
@@ -67,9 +72,25 @@ def test_a_written_profile_loads_through_build_profile(tmp_path):
 
 def test_a_written_profile_is_found_by_name_on_the_config_path(tmp_path):
     _written(tmp_path, "fitted_x")
-    proc = subprocess.run([sys.executable, "-m", "harness", "--config-dir", str(tmp_path), "model=fitted_x",
-                           "--cfg", "job", "--package", "model"], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "--config-dir",
+            str(tmp_path),
+            "model=fitted_x",
+            "--cfg",
+            "job",
+            "--package",
+            "model",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "name: fitted_x" in proc.stdout and "cpu_local" in proc.stdout
 
@@ -82,7 +103,7 @@ def test_architecture_must_name_every_key():
 
 def test_harness_profile_without_a_url_is_a_one_line_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.profile", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
-                          check=False, capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: harness-profile needs target.url=http://HOST:PORT "
                                                 "(an OpenAI-compatible endpoint)"]

@@ -47,8 +47,11 @@ def test_stream_is_the_one_shot_list(workload, chunk):
     assert isinstance(stream, RequestStream) and len(stream) == len(expected)
     assert list(stream) == expected
     assert workload.generate(3.0) == expected
-    mid = len(expected) // 2
-    assert stream[0] == expected[0] and stream[-1] == expected[-1] and stream[mid] == expected[mid]
+    assert (
+        stream[0] == expected[0]
+        and stream[-1] == expected[-1]
+        and stream[len(expected) // 2] == expected[len(expected) // 2]
+    )
     assert stream[5:9] == expected[5:9]
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, RoutedRequest
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterSnapshot, RoutedRequest
 from harness.deploy.router.prfaas_dynamic import PrfaasDynamicRouter
 
 
 def _view(util=0.1, backlog_s=0.0, capacity=100.0, now=0.0):
-    return ClusterView(has_prfaas=True, has_local_prefill=True, egress_utilisation=util,
+    return ClusterSnapshot(has_prfaas=True, has_local_prefill=True, egress_utilisation=util,
                        link_capacity_gbps=capacity, prfaas_backlog_s=0.0, local_backlog_s=0.0, now_s=now,
                        link_backlog_s=backlog_s)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, RoutedRequest
+from harness.deploy.router.base import LOCAL, PRFAAS, ClusterSnapshot, RoutedRequest
 from harness.deploy.router.homogeneous import HomogeneousRouter
 from harness.deploy.router.naive import NaiveRouter
 from harness.deploy.router.prfaas import PrfaasRouter
 from harness.errors import InputError
 
-VIEW = ClusterView(has_prfaas=True, has_local_prefill=True, egress_utilisation=0.1, link_capacity_gbps=100.0,
+VIEW = ClusterSnapshot(has_prfaas=True, has_local_prefill=True, egress_utilisation=0.1, link_capacity_gbps=100.0,
                    prfaas_backlog_s=0.0, local_backlog_s=0.0)
 
 
@@ -32,8 +32,8 @@ def test_prfaas_threshold_on_incremental_length(input_tokens, cached_local, cach
 
 def test_prfaas_router_falls_back_when_a_cluster_is_missing():
     router = PrfaasRouter(threshold_tokens=1000)
-    no_remote = ClusterView(False, True, 0.0, 0.0, float("inf"), 0.0)
-    no_local_prefill = ClusterView(True, False, 0.0, 100.0, 0.0, float("inf"))
+    no_remote = ClusterSnapshot(False, True, 0.0, 0.0, float("inf"), 0.0)
+    no_local_prefill = ClusterSnapshot(True, False, 0.0, 100.0, 0.0, float("inf"))
     assert router.route(RoutedRequest(50_000, 0, 0), no_remote).cluster == LOCAL
     assert router.route(RoutedRequest(10, 0, 0), no_local_prefill).cluster == PRFAAS
 

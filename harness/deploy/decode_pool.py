@@ -1,0 +1,85 @@
+"""The decode side of a deployment: a landing buffer for KV that waits for a slot, and FIFO dispatch.
+
+KV that has landed waits for a decode slot in the decode side's free KV memory (`landed_bytes`); when
+that is full the KV stays where it was computed and its prefill instance starts nothing new, so
+decode pushes back on prefill. Waiting requests go, in order, to the decode instance with the fewest
+requests that can take the head of the line. Mixed into `Deployment`, whose state it reads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.deploy.decode import DecodeInstance
+
+if TYPE_CHECKING:
+    from harness.deploy.job import Job
+
+
+def _reserved(instance: DecodeInstance) -> int:
+    return instance.reserved
+
+
+class DecodePool:
+    def _kv_ready(self, job: Job) -> None:
+        job.kv_ready_s = self.clock.now()
+        if self.blocked or not self._landing_fits(job):
+            self.blocked.append(job)  # landing buffer full: the KV stays on its prefill instance, which holds
+            self._prefill_of(job, hold=True)
+            return
+        self._land(job)
+        self._dispatch()
+
+    # Landing buffer: KV waiting for a decode slot occupies the decode side's free KV memory; when that
+    # is full the KV stays where it was computed and its prefill instance starts nothing new.
+    def _landing_fits(self, job: Job) -> bool:
+        if not self.decode or any(d.kv_capacity_bytes is None for d in self.decode):
+            return True
+        free = sum(d.kv_capacity_bytes - d.kv_bytes_used for d in self.decode)
+        return self.landed_bytes + self.decode[0].kv_need(job) <= free
+
+    def _land(self, job: Job) -> None:
+        self.landed_bytes += self.decode[0].kv_need(job) if self.decode else 0.0
+        self.waiting.append(job)
+
+    def _prefill_of(self, job: Job, hold: bool) -> None:
+        for instance in self.prefill.get(job.route or "", []):
+            if instance.name == job.prefill_instance:
+                instance.hold() if hold else instance.release()
+                return
+
+    def _dispatch(self) -> None:
+        """FIFO into the decode instance with the fewest requests that can take the head of the line."""
+        while self.blocked and self._landing_fits(self.blocked[0]):
+            job = self.blocked.popleft()
+            self._land(job)
+            self._prefill_of(job, hold=False)
+        while self.waiting and self.decode:
+            job = self.waiting[0]
+            best = min(self.decode, key=_reserved)
+            if not best.can_admit(job):  # the emptiest is full or short of KV memory: look further
+                candidates = [d for d in self.decode if d.can_admit(job)]
+                if not candidates:
+                    return
+                best = min(candidates, key=_reserved)
+            self.waiting.popleft()
+            self.landed_bytes = max(0.0, self.landed_bytes - best.kv_need(job))
+            best.admit(job)
+
+    def _on_first_token(self, job: Job) -> None:
+        if self.on_first_token is not None:
+            self.on_first_token(job)
+
+    def _on_decode_done(self, job: Job) -> None:
+        self._finish(job)
+        self._check_draining()
+        self._dispatch()
+
+    def tokens_done(self, job: Job) -> int:
+        """Output tokens produced so far (for streaming in live mode)."""
+        if job.finish_s == job.finish_s:  # finished (not NaN)
+            return job.request.output_tokens if job.error is None else 0
+        for instance in [*self.decode, *(d.instance for d in self.draining)]:
+            if instance.name == job.decode_instance and isinstance(instance, DecodeInstance):
+                return instance.tokens_done(job, self.clock.now())
+        return 0
