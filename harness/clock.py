@@ -13,7 +13,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from asyncio import AbstractEventLoop
 
 
 class Timer:
@@ -96,7 +99,7 @@ class WallClock:
     as lag instead of leaking into the emulated timeline.
     """
 
-    def __init__(self, loop, time_scale: float = 1.0) -> None:
+    def __init__(self, loop: AbstractEventLoop, time_scale: float = 1.0) -> None:
         if not time_scale > 0:
             raise ValueError(f"server.time_scale must be > 0, got {time_scale}")
         self._loop = loop

@@ -81,12 +81,12 @@ def one_line(text: str, limit: int = 400) -> str:
 _signalled: list[int] = []  # signals received since install_signal_handlers
 
 
-def _interrupt(signum, frame) -> None:
+def _interrupt(signum: int, frame: object) -> None:
     _signalled.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _stop_now(signum, frame) -> None:
+def _stop_now(signum: int, frame: object) -> None:
     # Raising here could surface inside any import as another error (e.g. a RuntimeError from a class
     # body); nothing has been done yet, so leave at once.
     try:
@@ -283,6 +283,6 @@ def _write_line(line: str) -> None:
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with a usage error as one line (`error: PROG: ... (see PROG --help)`) and exit status 2."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         _write_line(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)")
         raise SystemExit(EXIT_BAD_INPUT)

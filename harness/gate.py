@@ -12,7 +12,8 @@ from harness.errors import ArgumentParser, exits_on_input_error, run_command
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = ArgumentParser(prog="harness-gate", description="Pass/fail perf checks on a sweep report; exit 0 pass, 1 fail, 2 bad input.")
+    parser = ArgumentParser(prog="harness-gate",
+                            description="Pass/fail perf checks on a sweep report; exit 0 pass, 1 fail, 2 bad input.")
     parser.add_argument("dirs", nargs="+", metavar="DIR",
                         help="results folders (run dirs are re-read) or report.parquet files")
     parser.add_argument("--gate", required=True, metavar="FILE", help="gate file, e.g. conf/gates/paper_case.yaml")

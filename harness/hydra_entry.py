@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.errors import (
     EXIT_BAD_INPUT,
@@ -151,7 +151,7 @@ def _parse_args_or_exit(prog: str) -> Any:
 
     parser = get_args_parser()
 
-    def error(message: str) -> None:
+    def error(message: str) -> NoReturn:
         sys.stderr.write(f"error: {prog}: {one_line(message)} (see {prog} --help)\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
@@ -176,7 +176,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 if _input_cause(err) is None and not _is_config_error(err) and path_error(err) is None \
                         and not hasattr(err, "harness_traceback"):
                     err.harness_traceback = save_traceback(err, _output_dir())  # type: ignore[attr-defined]
-                    err.harness_where = crash_site(err)  # type: ignore[attr-defined]  (a worker's traceback is lost)
+                    err.harness_where = crash_site(err)  # type: ignore[attr-defined]  # a worker's traceback is lost
                 raise
 
         def main() -> None:

@@ -186,7 +186,8 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
         dep = variants.get("deployment", str(name))
         plans[str(name)] = plan_deployment(dep, cfg.model, cfg.link, cfg.planner, values, weights, l_out)
         if plans[str(name)].service_time != "representative":  # the paper's formula too, for Table 6
-            planner = OmegaConf.to_container(cfg.planner, resolve=True) | {"service_time": "representative"}
+            planner = cast(dict[str, Any], OmegaConf.to_container(cfg.planner, resolve=True)) | \
+                {"service_time": "representative"}
             paper[str(name)] = plan_deployment(dep, cfg.model, cfg.link, planner, values, weights, l_out).to_dict()
     doc: dict[str, Any] = {name: plan.to_dict() for name, plan in plans.items()}
     for name, rep in paper.items():

@@ -28,7 +28,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import numpy as np
@@ -177,7 +177,7 @@ class Experiment:
                                       input_tokens=int(sp.prompt_tokens), max_tokens=int(sp.output_tokens)))
             if any(r.first_s is None or r.end_s is None for r in results):
                 return None
-            if max(r.first_s for r in results) > min(r.end_s for r in results):
+            if max(cast(float, r.first_s) for r in results) > min(cast(float, r.end_s) for r in results):
                 return c - 1
         return None
 
@@ -239,7 +239,7 @@ class Experiment:
         if any(r.error for r in results):
             return None, None, "error"
         if all(len(r.token_ms) == len(r.chunk_s) and len(r.token_ms) > 5 for r in results):
-            steps = [server_step(r.token_ms) for r in results]
+            steps = [cast(float, server_step(r.token_ms)) for r in results]  # > 5 tokens: not None
             ctx = sum(prompt_tokens + len(r.token_ms) / 2 for r in results)
             return float(np.mean(steps)), float(ctx), "server"
         per = [(r.completion_tokens or len(r.chunk_s)) / max(len(r.chunk_s), 1) for r in results]
@@ -271,8 +271,8 @@ async def _measure(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Any], int, 
                                    f"up to {p.slot_probe.max_concurrency}; set profile.slots")
         await exp.prefill()
         await exp.cached()
-        await exp.decode(int(slots))
-    return pd.DataFrame(exp.rows), info, int(slots), probed
+        await exp.decode(int(cast(int, slots)))
+    return pd.DataFrame(exp.rows), info, int(cast(int, slots)), probed
 
 
 def _median_by(df: pd.DataFrame, key: str, value: str) -> dict[int, float]:
@@ -294,7 +294,7 @@ def analyse(rows: pd.DataFrame, tolerance: float) -> dict[str, Any]:
                    "client": "client chunk stamps in the span where all streams decode",
                    "cpu": "engine CPU seconds of N streams minus the same prefills alone, per step"}.get(
         sources[0] if len(sources) == 1 else "", f"mixed: {', '.join(sources)}")
-    checks = []
+    checks: list[dict[str, Any]] = []
     for n, measured in _median_by(pre_hold, "input_tokens", "prefill_s").items():
         predicted = float(fitting.predict_prefill(prefill, n))
         checks.append({"probe": "prefill", "input_tokens": n, "measured_s": measured, "predicted_s": predicted})
@@ -364,11 +364,11 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
     arch = p.architecture
     if arch is None:
         path = info.get("model_path")
-        require(bool(path) and Path(path).is_file(),
+        require(path is not None and bool(path) and Path(path).is_file(),
                 f"profile.architecture is not set and the server's model file ({path}) is not on this machine; "
                 f"give profile.architecture={{hidden_size: ..., layers: ..., q_heads: ..., kv_heads: ..., "
                 f"head_dim: ..., params_b: ..., weight_dtype_bytes: ..., kv_dtype_bytes: ...}}")
-        arch = architecture_from_gguf(path)
+        arch = architecture_from_gguf(cast(str, path))
         arch_source = f"read from the GGUF file {path}"
     else:
         arch = check_architecture(OmegaConf.to_container(arch, resolve=True))

@@ -12,13 +12,15 @@ from harness.errors import ArgumentParser, exits_on_input_error, run_command
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = ArgumentParser(prog="harness-report", description="Sweep report from Parquet alone: report.parquet, figures and tables.")
+    parser = ArgumentParser(prog="harness-report",
+                            description="Sweep report from Parquet alone: report.parquet, figures and tables.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="results folders (multirun sweeps or run dirs)")
     parser.add_argument("--out", default=None, help="where report.parquet and figures go (default: the first DIR)")
     parser.add_argument("--no-figures", action="store_true", help="write only report.parquet and print the tables")
     parser.add_argument("--paper", default=None, metavar="GATE_FILE",
                         help="paper reference targets for the Table 6 figure (default: conf/gates/paper_table6.yaml)")
-    parser.add_argument("--baseline", default=None, help="deployment that capacities are divided by (default: homogeneous_pd)")
+    parser.add_argument("--baseline", default=None,
+                        help="deployment that capacities are divided by (default: homogeneous_pd)")
     return parser.parse_args(argv)
 
 

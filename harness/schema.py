@@ -130,7 +130,7 @@ _registered = False
 
 def register_configs() -> None:
     """Store every schema once (idempotent; safe to call from tests and entry points)."""
-    global _registered
+    global _registered  # noqa: PLW0603 - a once-only flag
     if _registered:
         return
     cs = ConfigStore.instance()

@@ -11,10 +11,10 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,7 +96,8 @@ def _to_frame(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFra
     return pd.DataFrame.from_records(list(records))
 
 
-def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[str, Column], what: str) -> pd.DataFrame:
+def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[str, Column],
+           what: str) -> pd.DataFrame:
     df = _to_frame(records)
     missing = [name for name, col in schema.items() if col.required and name not in df.columns]
     if missing and len(df) > 0:

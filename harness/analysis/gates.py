@@ -268,7 +268,8 @@ def _run_check(check: Check, report: pd.DataFrame, name: str) -> Result:
                          f"valid: {choices(s for s in SELECTORS if s != 'all')} or a load in req/s")
     runs = select_runs(deployment_runs(report, name), at, capacity_rps(report, name))
     if runs.empty:
-        return Result(check, math.nan, False, f"no runs of deployment {name!r}; present: {choices(deployments(report))}")
+        return Result(check, math.nan, False,
+                      f"no runs of deployment {name!r}; present: {choices(deployments(report))}")
     base = math.nan
     if check.relative_to is not None:
         base_runs = select_runs(deployment_runs(report, check.relative_to), at, capacity_rps(report, check.relative_to))

@@ -359,7 +359,8 @@ def link_util(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: floa
     return mean(util) if stat == "mean" else percentile(util, float(stat.removeprefix("p")))
 
 
-def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = np.inf, prefix: str = "") -> dict[str, float]:
+def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = np.inf,
+                     prefix: str = "") -> dict[str, float]:
     """Mean of every `util_*` column of the time series: `{prefix}util_decode_mean`, ..."""
     win = _in_window(ts, start_s, end_s)
     cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]

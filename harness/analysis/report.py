@@ -208,7 +208,8 @@ def cdf_runs(report: pd.DataFrame) -> tuple[float, dict[str, str]]:
     caps = [capacity_rps(report, n) for n in names]
     finite_caps = [c for c in caps if math.isfinite(c)]
     target = _MODERATE_LOAD_FRACTION * min(finite_caps) if finite_caps else 0.0
-    common = set.intersection(*[set(np.round(r.deployment_runs(report, n)["load_rps"].dropna(), 6)) for n in names]) if names else set()
+    common = set.intersection(*[set(np.round(r.deployment_runs(report, n)["load_rps"].dropna(), 6))
+                                for n in names]) if names else set()
     if common:
         target = min(common, key=lambda x: (abs(x - target), x))
     chosen = {n: str(r.select_runs(r.deployment_runs(report, n), float(target), math.nan)["run_dir"].iloc[0])
@@ -240,7 +241,8 @@ def table6_rows(report: pd.DataFrame, paper_file: str | os.PathLike[str] | None)
     for name in r.deployments(report):
         runs = r.deployment_runs(report, name)
         low = r.select_runs(runs, "lowest_load", math.nan)
-        for quantity, value in (("capacity_rps", capacity_rps(report, name)), ("ttft_mean_s", _value(low, "ttft_mean_s")),
+        for quantity, value in (("capacity_rps", capacity_rps(report, name)),
+                                ("ttft_mean_s", _value(low, "ttft_mean_s")),
                                 ("ttft_p90_s", _value(low, "ttft_p90_s"))):
             rows.append({"deployment": name, "quantity": quantity, "source": "harness", "value": value})
     if not paper.empty:

@@ -48,7 +48,8 @@ def find_run_dirs(roots: Iterable[str | os.PathLike[str]]) -> list[Path]:
             raise InputError(f"results directory {root} does not exist")
         for name in (SUMMARY_FILE, PARTS_DIR):
             for hit in root.rglob(name):
-                if not any(part.startswith(".") or part.endswith(".parts") for part in hit.relative_to(root).parts[:-1]):
+                if not any(part.startswith(".") or part.endswith(".parts")
+                           for part in hit.relative_to(root).parts[:-1]):
                     found.add(hit.parent)
     return sorted(found, key=_natural_key)
 
@@ -68,7 +69,7 @@ def incomplete_summary(run_dir: str | os.PathLike[str], analysis_cfg: Any = None
         requests = requests_frame(read_parquet(path))
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: cannot read the records of this incomplete run: {err}") from err
-    meta = {"incomplete": True}
+    meta: dict[str, Any] = {"incomplete": True}
     for key in ("deployment", "mode"):
         values = requests[key].dropna().unique() if key in requests.columns else []
         if len(values):
@@ -133,7 +134,7 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         row["run_name"] = run_dir.name
         rows.append(row)
     if not rows:
-        reports = [r / REPORT_FILE if r.is_dir() else r for r in roots]
+        reports = [r / REPORT_FILE if r.is_dir() else r for r in map(Path, roots)]
         existing = [p for p in reports if p.is_file() and p.suffix == ".parquet"]
         if not existing:
             raise InputError(f"no run directory (a folder with {SUMMARY_FILE}) and no {REPORT_FILE} under "
@@ -163,7 +164,8 @@ def collect_plans(roots: Iterable[str | os.PathLike[str]], report: pd.DataFrame 
     """Planner outputs per deployment: plan.json files under the roots, else the summaries' plan_* columns."""
     rows: list[dict[str, Any]] = []
     for root in map(Path, roots):
-        files = [root] if root.is_file() and root.name == PLAN_FILE else sorted(root.rglob(PLAN_FILE)) if root.is_dir() else []
+        files = ([root] if root.is_file() and root.name == PLAN_FILE
+                 else sorted(root.rglob(PLAN_FILE)) if root.is_dir() else [])
         for path in files:
             try:
                 rows += [{**row, "plan_file": str(path)} for row in _plan_rows(json.loads(path.read_text()))]

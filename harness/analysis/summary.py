@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -129,7 +129,7 @@ def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, met
     return {k: _plain(v) for k, v in ordered.items()}
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

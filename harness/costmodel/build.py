@@ -190,7 +190,7 @@ def build_profile(model_cfg: Any, hardware_cfg: Any, gpus_per_instance: int = 8,
     if kind == "constant":
         step_s = number(decode_block, "step_s", f"{where}.decode", minimum=0, exclusive=True)
         bs_max = integer(decode_block, "bs_max", f"{where}.decode", minimum=1)
-        decode: ConstantDecode | LinearDecode | RooflineDecode = ConstantDecode(step_s)
+        decode: ConstantDecode | LinearDecode | PerBatchDecode | RooflineDecode = ConstantDecode(step_s)
         t_decode = step_s
         prov["decode_step_s"] = prov["bs_max"] = f"constant: {decode_block.get('provenance', '')}"
     elif kind == "linear":

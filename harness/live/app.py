@@ -58,8 +58,8 @@ async def api_errors(request: web.Request, handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        err = ApiError(exc.status, message, code=_HTTP_CODES.get(exc.status, exc.status))
-        response = web.json_response(err.body(), status=exc.status)
+        api_err = ApiError(exc.status, message, code=_HTTP_CODES.get(exc.status, exc.status))
+        response = web.json_response(api_err.body(), status=exc.status)
     except Exception as exc:  # a harness bug: answer it, log it, keep serving
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = web.json_response(ApiError(500, f"internal error: {exc!r}").body(), status=500)
@@ -126,6 +126,7 @@ async def _generate(request: web.Request, engine: LiveEngine, options: ServeOpti
     if live.error is not None:
         raise ApiError(503, f"request failed: {live.error}", code="request_failed")
     record = live.record
+    assert record is not None  # set when the request ended
     body = full_response(api, rid, created, params.model, params.max_tokens,
                          usage(record["input_tokens"], record["output_tokens"], record["cached_tokens"]))
     return web.json_response(body)
@@ -153,6 +154,7 @@ async def _stream(request: web.Request, engine: LiveEngine, options: ServeOption
             await response.write(writer.tokens(done - sent))
             sent = done
         record = live.record
+        assert record is not None  # set when the request ended
         if record["error"] is not None:
             await response.write(writer.error(503, f"request failed: {record['error']}"))
         else:

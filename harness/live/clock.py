@@ -16,6 +16,7 @@ one sim mode computes; the host's lateness is what it really is, a delivery dela
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 from collections import deque
@@ -31,7 +32,7 @@ class ScheduledLoopClock(WallClock):
         super().__init__(loop, time_scale)
         self._heap: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
-        self._handle = None  # the asyncio handle armed for the earliest timer
+        self._handle: asyncio.TimerHandle | None = None  # the asyncio handle armed for the earliest timer
         self._armed_for = float("inf")
         self._pinned: float | None = None  # the running timer's scheduled time
         self._last = 0.0  # latest time handed out (keeps now() monotonic)

@@ -13,12 +13,16 @@ import asyncio
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from harness.deploy.deployment import Deployment
 from harness.deploy.job import Job
 from harness.live.clock import ScheduledLoopClock
 from harness.live.metrics import ServerMetrics
 from harness.live.tokens import block_hash_ids
+
+if TYPE_CHECKING:
+    import numpy as np
 from harness.workload.request import Request
 
 # How often a stream looks again when its next token's time cannot be predicted (wall seconds).
@@ -67,7 +71,7 @@ class LiveEngine:
         deployment.on_record = self._on_record
 
     # -- requests -----------------------------------------------------------------------------
-    def submit(self, prompt_ids: Sequence[int], max_tokens: int, client_id: str | None = None) -> LiveJob:
+    def submit(self, prompt_ids: Sequence[int] | np.ndarray, max_tokens: int, client_id: str | None = None) -> LiveJob:
         """Hand a prompt to the deployment now; a request it refuses outright ends at once (record set)."""
         rid = next(self._ids)
         request = Request(rid, self.clock.now(), len(prompt_ids), max_tokens,

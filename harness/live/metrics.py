@@ -10,7 +10,7 @@ for vLLM read the emulator unchanged.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
@@ -38,7 +38,7 @@ class Histogram:
         """Exposition lines; `labels` is extra `key="value"` pairs (comma-separated) on every sample."""
         out, cumulative = [], 0
         pre = f"{labels}," if labels else ""
-        for bound, count in zip(self.bounds, self.counts):
+        for bound, count in zip(self.bounds, self.counts, strict=False):
             cumulative += count
             out.append(f'{name}_bucket{{{pre}le="{bound:g}"}} {cumulative}')
         out.append(f'{name}_bucket{{{pre}le="+Inf"}} {self.n}')
@@ -61,7 +61,7 @@ class ServerMetrics:
         self.cache_hit_tokens = 0
         self.cache_hit_requests = 0
         self.cache_query_tokens = 0  # prompt tokens of ended requests (vllm:prefix_cache_queries)
-        self.kv_bytes: Counter[str] = Counter()  # route -> KV bytes moved to decode
+        self.kv_bytes: defaultdict[str, float] = defaultdict(float)  # route -> KV bytes moved to decode
         self.disconnects = 0  # streams whose client went away mid-response
         self.disconnects_mid_body = 0  # clients that hung up while their request body was arriving
         self.ttft = Histogram(TTFT_BUCKETS_S)

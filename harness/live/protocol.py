@@ -173,7 +173,7 @@ def parse_generation(body: Any, api: str, *, served_model: str, max_model_len: i
     param = "messages" if api == "chat" else "prompt"
     try:
         if api == "chat":
-            ids = _message_ids(body.get("messages"), tokenizer, max_model_len - 1)
+            ids: list[int] | np.ndarray = _message_ids(body.get("messages"), tokenizer, max_model_len - 1)
             max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         else:
             if "prompt" not in body:

@@ -12,11 +12,10 @@ predicted_ms). `api_key`, `headers` and `extra_body` go out with every request.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import json.scanner
 import math
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -28,7 +27,7 @@ from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
 
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner: ~30% cheaper than json.loads
+_SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))  # the C scanner: ~30% cheaper than json.loads
 
 
 def _loads(text: str) -> Any:
@@ -143,7 +142,7 @@ class OpenAIHttpTarget:
                     await self._read_stream(resp, record)
                 else:
                     await self._read_whole(resp, record)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             record.error = f"timeout: no complete response within target.timeout_s={self.timeout_s:g} s"
         except aiohttp.ClientError as err:
             record.error = f"{type(err).__name__}: {err}"
@@ -187,7 +186,7 @@ class OpenAIHttpTarget:
                     saw_done = True
                     continue
                 obj = _loads(payload.decode())
-                if "error" in obj and obj["error"]:
+                if obj.get("error"):
                     err = obj["error"]
                     record.error = f"stream error: {err.get('message', err) if isinstance(err, dict) else err}"
                     return

@@ -103,7 +103,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Pacer 
         except Exception as exc:  # a target bug must not cost the record (or the run)
             record.error = record.error or f"{type(exc).__name__}: {exc}"
         finally:
-            if acquired:
+            if acquired and slots is not None:
                 slots.release()
             record.done_ns = clock.now_ns()
             bar.update(1)
@@ -145,6 +145,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Pacer 
                 spawn(tg, _closed_loop_worker(feed, target, clock, stop_at, new_record, send))
 
     async def stop_when_told() -> None:
+        assert stop is not None  # only started with a stop event
         await stop.wait()
         for task in list(tasks):
             task.cancel()

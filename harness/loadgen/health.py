@@ -38,7 +38,7 @@ def loadgen_health(records: Sequence[RequestRecord], loop_lag_ns: Sequence[int],
     """Summary fields (wall-clock milliseconds for lateness and lag; run-clock req/s for rates)."""
     sent = [r for r in records if r.sent_ns is not None]
     scheduled_ns = np.array([r.scheduled_ns for r in sent], dtype=np.int64)
-    sent_ns = np.array([r.sent_ns - r.queued_ns for r in sent], dtype=np.int64)  # ready to go
+    sent_ns = np.array([r.sent_ns - r.queued_ns for r in sent if r.sent_ns is not None], dtype=np.int64)  # ready to go
     lateness_ms = (sent_ns - scheduled_ns) / 1e6
     lag_ms = np.asarray(loop_lag_ns, dtype=np.int64) / 1e6
     target = _rate(scheduled_ns, time_scale) if open_loop else math.nan

@@ -59,7 +59,7 @@ class RequestRecord:
         n_out = self.output_tokens if ok else 0
         if not ok:
             first, last = (first if self.first_token_ns is not None else _NAN), _NAN
-        itl = [(b - a) / 1e9 * time_scale for a, b in zip(self.chunk_ns, self.chunk_ns[1:])]
+        itl = [(b - a) / 1e9 * time_scale for a, b in zip(self.chunk_ns, self.chunk_ns[1:], strict=False)]
         queue_s = self.queued_ns / 1e9 * time_scale
         timings = self.engine_timings or {}
         return {

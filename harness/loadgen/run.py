@@ -11,7 +11,7 @@ starts the live emulator when there is one and joins its view in.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ def _rows(record: RequestRecord, t0_ns: int, scale: float, label: str, mode: str
     return record.to_row(t0_ns, scale, label, mode), chunks
 
 
-async def drive(requests: list[Request], url: str, tcfg: Any, lg: Any, *, mode: str, concurrency: int | None,
+async def drive(requests: Sequence[Request], url: str, tcfg: Any, lg: Any, *, mode: str, concurrency: int | None,
                 time_scale: float = 1.0, start_ns: int | None = None, model: str | None = None,
                 label: str | None = None, block_tokens: int = 512, stop: asyncio.Event | None = None,
                 on_row: RowSink | None = None) -> HttpLoad:

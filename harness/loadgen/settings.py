@@ -27,7 +27,7 @@ def burstiness(cfg: DictConfig) -> float:
     target = str(arrivals.get("_target_", "")) if arrivals is not None else ""
     if target.endswith(".Poisson"):
         return 1.0
-    if target.endswith(".Gamma") and arrivals.get("cv"):
+    if target.endswith(".Gamma") and arrivals is not None and arrivals.get("cv"):
         return 1.0 / float(arrivals.cv) ** 2
     return float("nan")
 

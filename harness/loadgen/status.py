@@ -23,7 +23,8 @@ def status_line(records: Sequence[RequestRecord], total: int, elapsed_ns: int, t
     errors = sum(1 for r in done if r.error is not None)
     run_s = elapsed_ns / 1e9 * time_scale
     rate = len(sent) / run_s if run_s > 0 else float("nan")
-    late_ms = np.array([(r.sent_ns - r.scheduled_ns - r.queued_ns) / 1e6 for r in sent], dtype=float)
+    late_ms = np.array([(r.sent_ns - r.scheduled_ns - r.queued_ns) / 1e6 for r in sent if r.sent_ns is not None],
+                       dtype=np.float64)
     p99 = f"{np.percentile(late_ms, 99):.2f} ms" if late_ms.size else "n/a"
     return (f"load: t={run_s:.1f}s sent={len(sent)}/{total} done={len(done)} errors={errors} "
             f"rate={rate:.4g} req/s lateness_p99={p99}")

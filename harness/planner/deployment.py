@@ -93,7 +93,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     service_time, slo = inputs.service_time, inputs.slo_tokens_per_s
     local_prof, remote_prof = inputs.local, inputs.remote if remote_cfg is not None else None
     n_prfaas, link_gbps = 0, None
-    if remote_prof is not None:
+    if remote_prof is not None and remote_cfg is not None:
         n_prfaas = integer(remote_cfg, "instances", "deployment.prfaas", minimum=1)
         link_gbps = number(plain(link_cfg, "link"), "capacity_gbps", "link", minimum=0, exclusive=True)
     if local_prof.bs_max < 1:

@@ -7,6 +7,8 @@ searchsorted. Tail masses come from suffix sums (not 1 - head) so small p keeps 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from harness.errors import InputError
@@ -48,7 +50,7 @@ class LengthDistribution:
 
     def offload_fraction(self, thresholds: np.ndarray) -> np.ndarray:
         """p(t) = P(L > t)."""
-        return self._tail_w[self._index(thresholds)]
+        return cast(np.ndarray, self._tail_w[self._index(thresholds)])
 
     def split(self, thresholds: np.ndarray, f_values: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from harness.planner.search import Grid
 
@@ -62,7 +62,7 @@ class Plan:
         lo = int(batch)
         s_lo = self.decode_step(max(lo, 1), max(lo, 1) * ctx)
         s_hi = self.decode_step(lo + 1, (lo + 1) * ctx)
-        return s_lo + (batch - lo) * (s_hi - s_lo) if lo >= 1 else s_lo
+        return cast(float, s_lo + (batch - lo) * (s_hi - s_lo) if lo >= 1 else s_lo)
 
     def tpot_s(self, rate_rps: float) -> float:
         """Predicted mean time per output token at an offered rate: the step at the mean batch."""
@@ -115,12 +115,12 @@ class Plan:
         theta_prfaas = float(g.theta_prfaas[i]) if remote_used else None
         theta_pd_p = float(g.theta_pd_p[i, j]) if local_used else None
         theta_pd_d = float(g.theta_pd_d[j])
-        egress = self.egress_gbps
+        egress, link_gbps = self.egress_gbps, self.link_gbps
         price = self.n_prfaas * self.price_prfaas + self.n_local * self.price_local
         utilisation = {
             "prfaas": _num(lam * p / g.theta_prfaas_compute[i]) if remote_used else None,
-            "link": _num(egress / self.link_gbps) if remote_used and self.link_gbps else None,
-            "pd_p": _num(lam * (1 - p) / theta_pd_p) if local_used else None,
+            "link": _num(egress / link_gbps) if remote_used and link_gbps else None,
+            "pd_p": _num(lam * (1 - p) / theta_pd_p) if theta_pd_p is not None else None,  # None: not local_used
             "pd_d": _num(lam / theta_pd_d),
         }
         return {

@@ -17,6 +17,7 @@ headroom for TPOT). Both choices cost no throughput and leave the scarcer resour
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Grid:
 
     @property
     def theta_prfaas(self) -> np.ndarray:
-        return np.minimum(self.theta_prfaas_compute, self.theta_prfaas_bandwidth)
+        return cast(np.ndarray, np.minimum(self.theta_prfaas_compute, self.theta_prfaas_bandwidth))
 
 
 def evaluate(dist: LengthDistribution, stages: Stages, thresholds: np.ndarray, n_prefill: np.ndarray,
@@ -79,19 +80,20 @@ def evaluate(dist: LengthDistribution, stages: Stages, thresholds: np.ndarray, n
     if service_time == "representative":
         t_short = local.prefill_s_vec(np.nan_to_num(l_short))
         t_long = remote.prefill_s_vec(np.nan_to_num(l_long)) if remote is not None else np.full_like(p, np.nan)
-        s_long = remote.kv_bytes(np.nan_to_num(l_long)) if remote is not None else np.full_like(p, np.nan)
+        s_long = (cast(np.ndarray, remote.kv_bytes(np.nan_to_num(l_long))) if remote is not None
+                  else np.full_like(p, np.nan))
     else:
         _, _, _, t_short = dist.split(thresholds, local.prefill_s_vec(dist.values))
         if remote is not None:
             _, _, t_long, _ = dist.split(thresholds, remote.prefill_s_vec(dist.values))
-            _, _, s_long, _ = dist.split(thresholds, remote.kv_bytes(dist.values))
+            _, _, s_long, _ = dist.split(thresholds, cast(np.ndarray, remote.kv_bytes(dist.values)))
         else:
             t_long = s_long = np.full_like(p, np.nan)
     inf = np.inf
     with np.errstate(divide="ignore", invalid="ignore"):
         if remote is not None:
             compute = stages.n_prfaas / t_long
-            bandwidth = stages.link_bytes_per_s / s_long
+            bandwidth = cast(float, stages.link_bytes_per_s) / s_long  # set with a remote cluster
         else:
             compute = bandwidth = np.zeros_like(p)
         theta_prfaas = np.minimum(compute, bandwidth)

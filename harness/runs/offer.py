@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from harness.deploy.capacity import saturation_in_flight
 from harness.errors import require
@@ -60,7 +60,7 @@ def make_offer(cfg: Any, stream: bool = False) -> Offer:
     workload = instantiate_workload(cfg.workload)
     # A saturation run reads the requests twice (which turn continues which): a list.
     lazy = stream and not ramp_up_s and not saturate and bool(getattr(workload, "streams_as_generated", False))
-    requests = workload.stream(rate) if lazy else build_workload(workload, rate_rps=rate)
+    requests = cast(Any, workload).stream(rate) if lazy else build_workload(workload, rate_rps=rate)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
     if not lazy:
         requests = apply_ramp(requests, ramp_up_s, lg_get(cfg, "ramp_up_start_fraction", 0.0),

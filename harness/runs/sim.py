@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from omegaconf import DictConfig
@@ -56,7 +57,7 @@ _TIMESERIES_READS = ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_
                      "route", "cache_hit_tokens")
 
 
-def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], stop_s: float | None) -> None:
+def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request], stop_s: float | None) -> None:
     it = iter(requests)
 
     def inject(request: Request) -> None:
@@ -72,7 +73,7 @@ def _offer_open_loop(clock: VirtualClock, deployment, requests: list[Request], s
     schedule_next()
 
 
-def _offer_closed_loop(clock: VirtualClock, deployment, requests: list[Request], concurrency: int,
+def _offer_closed_loop(clock: VirtualClock, deployment, requests: Sequence[Request], concurrency: int,
                        stop_s: float | None) -> None:
     it = iter(requests)
 
@@ -129,7 +130,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     stop_s = offer.max_duration_s
     if concurrency is not None:
         closed_loop = offer_saturation if offer.saturate else _offer_closed_loop
-        closed_loop(clock, deployment, requests, int(concurrency), stop_s)
+        # a saturation offer is a list (make_offer: its requests are read twice)
+        closed_loop(clock, deployment, cast(list[Request], requests), int(concurrency), stop_s)
     else:
         _offer_open_loop(clock, deployment, requests, stop_s)
     interrupted = False
@@ -152,6 +154,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     if deployment.keep_records:
         frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
     else:  # bounded memory: the whole file from the parts, then only the columns each step reads
+        assert stream.path is not None  # records are kept unless there is a run directory
         with writing_to(stream.path):
             written = stream.write_sorted("request_id")
         frame = read_columns(stream.path, only=_TIMESERIES_READS) if written else \
@@ -189,5 +192,6 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     if written:  # the emulator's state (link log, pools) is no longer needed: the summary's columns next
         del frame, deployment, built, clock, offer, requests, on_record
         gc.collect()  # the deployment's instances and timers refer to one another
+        assert stream.path is not None  # written: see above
         frame = read_columns(stream.path, only=_SUMMARY_READS)
     return RunResult(frame, timeseries, meta, streams, requests_written=written)

@@ -30,13 +30,16 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.errors import EXIT_BAD_INPUT, InputError
+
+if TYPE_CHECKING:
+    from harness.engine.server import EngineServer
 
 _STATE: dict[str, Any] = {}
 
@@ -78,7 +81,7 @@ def _task_cfg(config: DictConfig) -> DictConfig:
 
 class ValidateCallback(Callback):
     def __init__(self) -> None:
-        self.engine = None
+        self.engine: EngineServer | None = None
         self.url = ""
         self.sweep_dir = Path(".")
         self.runs: list[dict[str, Any]] = []
@@ -259,5 +262,6 @@ class ValidateCallback(Callback):
             self.engine.stop()
         if not self.runs:
             return
-        table = write_validation(self.sweep_dir, self.runs, self.meta, OmegaConf.to_container(config.experiment))
+        table = write_validation(self.sweep_dir, self.runs, self.meta,
+                                 cast(dict[str, Any], OmegaConf.to_container(config.experiment)))
         print(table, flush=True)

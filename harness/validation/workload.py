@@ -54,7 +54,7 @@ class SharedPromptWorkload(SyntheticWorkload):
                 first = _SHARED_BASE + self.id_offset + int(w) * k
                 prefix = tuple(range(first, first + k))
                 n_in += self.shared_prompt_tokens
-            own = int(n_blocks(np.int64(n_in), self.block_tokens)) - len(prefix)
+            own = int(n_blocks(int(n_in), self.block_tokens)) - len(prefix)
             ids = prefix + tuple(range(next_id, next_id + own))
             next_id += own
             out.append(Request(r.request_id, r.arrival_s, n_in, r.output_tokens, ids))

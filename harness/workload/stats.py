@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.workload.prefix import PrefixCache, hit_tokens, replay_hits
 from harness.workload.request import Request
+
+if TYPE_CHECKING:
+    from harness.workload.formats.common import LoadReport
 
 
 def _summary(values: np.ndarray) -> dict[str, float]:
@@ -48,7 +51,7 @@ def _hit_fracs(hits: np.ndarray, inputs: np.ndarray) -> dict[str, float]:
 
 def _assemble(t: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, infinite_hits: np.ndarray,
               lru_hits: dict[str, np.ndarray], block_tokens: int, refs: int, unique_blocks: int, refs_seen: int,
-              sessions: set) -> dict[str, Any]:
+              sessions: set[Any]) -> dict[str, Any]:
     duration_s = float(t[-1] - t[0])
     gaps = np.diff(t)
     infinite = _hit_fracs(infinite_hits, inputs)
@@ -116,8 +119,8 @@ class _InfiniteCache:
         return matched, int(cached.sum())
 
 
-def stream_trace_stats(path, fmt: str | None = None, block_tokens: int = 512, lru_blocks: Iterable[int] = (),
-                       chunk_rows: int = 10_000):
+def stream_trace_stats(path: str | Path, fmt: str | None = None, block_tokens: int = 512,
+                       lru_blocks: Iterable[int] = (), chunk_rows: int = 10_000) -> tuple[dict[str, Any], LoadReport]:
     """`trace_stats` of a trace file read `chunk_rows` requests at a time; returns (stats, LoadReport).
 
     Equal to `trace_stats(load_trace(path)[0], ...)` (tests/unit/workload/test_stream_stats.py), in
@@ -169,10 +172,10 @@ def stream_trace_stats(path, fmt: str | None = None, block_tokens: int = 512, lr
         if cols.session_id is not None:
             sessions.update(cols.session_id[i] for i in rows if cols.session_id[i] is not None)
         if lrus:
-            keys: list = list(ids)
-            for j in np.flatnonzero(missing):  # fresh blocks: never hit, but they take room in an LRU
-                keys[j] = range(next_key, next_key + int(expected_k[j]))
-                next_key += int(expected_k[j])
+            keys: list[Any] = list(ids)
+            for m in np.flatnonzero(missing):  # fresh blocks: never hit, but they take room in an LRU
+                keys[m] = range(next_key, next_key + int(expected_k[m]))
+                next_key += int(expected_k[m])
             for cache, out_hits in zip(lrus, lru_hits, strict=False):
                 chunk_hits = np.empty(len(rows), dtype=np.int64)
                 for j, h in enumerate(keys):

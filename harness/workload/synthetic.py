@@ -8,7 +8,7 @@ them) so caches and prompt builders treat it like any trace.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -21,7 +21,7 @@ _LENGTH_METHODS = ("sample", "grid", "mean")
 _ARRIVAL_METHODS = ("offsets", "with_rate")
 
 
-class RequestStream(Sequence):
+class RequestStream(Sequence[Request]):
     """A synthetic workload's requests, built a chunk at a time as they are read (bounded memory).
 
     The draws are the workload's own (the same calls on the same generators as `generate`), kept
@@ -50,7 +50,13 @@ class RequestStream(Sequence):
         for lo in range(0, len(self), self._chunk):
             yield from self._build(lo, min(lo + self._chunk, len(self)))
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> Request: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Request]: ...
+
+    def __getitem__(self, index: int | slice) -> Request | list[Request]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         i = index + len(self) if index < 0 else index

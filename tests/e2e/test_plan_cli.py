@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_plan(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.plan", f"hydra.run.dir={run_dir}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, check=False, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,8 @@ def write_sweep(root: Path, capacities: dict[str, float], loads=(1.0, 4.0), n: i
                                 "tpot_s": 0.025, "e2e_s": finish - arrival, "finish_s": finish, "kv_bytes_sent": 1e8,
                                 "error": None})
             t = np.arange(0.0, np.ceil(finish.max()))
-            ts = pd.DataFrame({"deployment": name, "t_s": t, "egress_gbps": 12.0 * share[name], "link_capacity_gbps": 100.0})
+            ts = pd.DataFrame({"deployment": name, "t_s": t, "egress_gbps": 12.0 * share[name],
+                               "link_capacity_gbps": 100.0})
             run_dir = root / f"{job}_{name}_{load}"
             (run_dir / ".hydra").mkdir(parents=True)
             (run_dir / ".hydra" / "overrides.yaml").write_text(f"- deployment={name}\n- loadgen.rate_rps={load}\n")
@@ -51,7 +52,8 @@ def write_sweep(root: Path, capacities: dict[str, float], loads=(1.0, 4.0), n: i
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return subprocess.run([sys.executable, "-m", *args], check=False, capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -107,7 +107,7 @@ def tiny_sweep(tmp_path_factory):
         [sys.executable, "-m", "harness", "-m", "experiment=threshold_sweep",
          "deployment.router.threshold_tokens=5000,20000,50000", "workload.num_requests=400",
          f"hydra.sweep.dir={out}", "loadgen.progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240)
+        cwd=ROOT, check=False, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return out, proc.stdout
 

@@ -20,8 +20,8 @@ BAD_INPUTS = json.loads((BAD_DIR / "expected.json").read_text())
 
 
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.trace", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "harness.trace", *args], cwd=cwd, check=False, capture_output=True,
+                          text=True, timeout=120)
 
 
 def _stats(path: Path) -> dict:

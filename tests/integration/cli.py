@@ -12,4 +12,5 @@ SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096",
 
 
 def python(*args, timeout=120, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, check=False, capture_output=True, text=True,
+                          timeout=timeout, **kw)

@@ -87,7 +87,7 @@ def _url_run(compose_cfg, tmp_path, url, n=24, extra=()):
 def test_each_fault_is_recorded_and_the_run_finishes(compose_cfg, tmp_path, faulty_url):
     summary, df = _url_run(compose_cfg, tmp_path, faulty_url)
     assert len(df) == 24 and sorted(df["request_id"]) == list(range(24))
-    err = dict(zip(df["request_id"], df["error"]))
+    err = dict(zip(df["request_id"], df["error"], strict=False))
     expected = {0: None, 1: "HTTP 500: overloaded", 2: "ClientPayloadError", 3: "timeout",
                 4: "malformed response", 5: "stream ended before"}
     for rid, e in err.items():

@@ -16,6 +16,7 @@ M/D/1-like queue a 2x overload builds) instead of requests being dropped or fail
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import aiohttp
@@ -67,12 +68,10 @@ async def _poll_health(url: str, stop: asyncio.Event, answers: list) -> None:
                 async with session.get(url + "/health",
                                        timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)) as resp:
                     answers.append(resp.status)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            except (TimeoutError, aiohttp.ClientError) as err:
                 answers.append(type(err).__name__)
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)
-            except asyncio.TimeoutError:
-                pass
 
 
 async def _overload(cfg, offered_rps: float) -> dict:

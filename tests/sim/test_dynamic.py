@@ -50,9 +50,9 @@ def test_a_smaller_pool_hits_less_and_never_more_than_plain_lru():
 
 def test_hybrid_state_matching_reuses_less_than_it_hits():
     """Linear-attention state only matches at stored checkpoints: skipped prefill <= block-level hits."""
-    _, result, summary = _run(*TRACE)
+    _, _result, summary = _run(*TRACE)
     assert summary["cached_token_frac"] < summary["cache_hit_token_frac"]
-    _, dense_like, dense_summary = _run(*TRACE, "cache.exact_state_match=false")
+    _, _dense_like, dense_summary = _run(*TRACE, "cache.exact_state_match=false")
     assert dense_summary["cached_token_frac"] > summary["cached_token_frac"]
 
 
@@ -70,7 +70,7 @@ def test_bandwidth_aware_router_rides_out_a_link_drop():
     """The link falls from 100 to 10 Gbps at t=200 s. Threshold-only keeps offloading half the traffic and
     queues KV on the link; the bandwidth-aware router re-solves t for 10 Gbps."""
     base = ("link.capacity_schedule=[[200,10]]", "loadgen.rate_rps=2.3", "workload.num_requests=2000")
-    _, static_result, static = _run("deployment=prfaas_pd", *base)
+    _, _static_result, static = _run("deployment=prfaas_pd", *base)
     _, aware_result, aware = _run("deployment=prfaas_dynamic", *base)
     assert aware["ttft_p90_s"] < 0.9 * static["ttft_p90_s"]
     assert aware["goodput_rps"] >= static["goodput_rps"]

@@ -66,7 +66,7 @@ def test_bad_fault_schedules_are_named():
 def test_the_rebalancer_turns_decode_into_prefill_while_prfaas_is_away():
     """During the outage the local cluster must prefill everything: re-planning it alone moves instances
     to prefill, and the goodput lost to the outage shrinks."""
-    static, static_summary = _run("deployment=prfaas_pd", "faults=prfaas_outage", "workload.num_requests=2000")
+    _static, static_summary = _run("deployment=prfaas_pd", "faults=prfaas_outage", "workload.num_requests=2000")
     adapted, adapted_summary = _run("deployment=prfaas_pd", "faults=prfaas_outage", "workload.num_requests=2000",
                                     "rebalancer.enabled=true")
     ts = adapted.timeseries

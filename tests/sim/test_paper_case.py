@@ -7,6 +7,8 @@ out of queueing prefills, streaming KV over the link and batching decodes.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -95,7 +97,7 @@ def test_ttft_grows_with_load_as_queueing_says():
     for rate in (0.5, 1.5, 2.5, 3.0, 4.0):
         cfg = compose_cfg("deployment=prfaas_pd", f"loadgen.rate_rps={rate}", "workload.num_requests=1500")
         ttft.append(_summary(cfg, run_sim(cfg))["ttft_mean_s"])
-    assert all(a < b for a, b in zip(ttft, ttft[1:])), ttft
+    assert all(a < b for a, b in itertools.pairwise(ttft)), ttft
     assert ttft[-1] > 5 * ttft[0]
 
 

@@ -22,7 +22,7 @@ def compose_cfg():
     """
     register_configs()
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def _cached(overrides: tuple[str, ...]):
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
             cfg = compose("config", overrides=list(overrides))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,10 @@ HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 Where = Callable[[int], str]  # data row index -> "file:line"
+
+
+def _at_lines(path: Path, lines: list[int]) -> Where:
+    return lambda i: f"{path}:{lines[i]}"
 
 
 def _row_chunks(path: Path, size: int | None = None) -> Iterator[tuple[pd.DataFrame, Where]]:
@@ -47,10 +52,10 @@ def _row_chunks(path: Path, size: int | None = None) -> Iterator[tuple[pd.DataFr
             rows.append(row + [""] * (width - len(row)))
             lines.append(reader.line_num)
             if size is not None and len(rows) >= size:
-                yield pd.DataFrame(rows, columns=columns, dtype=str), (lambda i, at=lines: f"{path}:{at[i]}")
+                yield pd.DataFrame(rows, columns=columns, dtype=str), _at_lines(path, lines)
                 rows, lines, sent = [], [], True
         if rows or not sent:
-            yield pd.DataFrame(rows, columns=columns, dtype=str), (lambda i, at=lines: f"{path}:{at[i]}")
+            yield pd.DataFrame(rows, columns=columns, dtype=str), _at_lines(path, lines)
 
 
 def _rows(path: Path) -> tuple[pd.DataFrame, Where]:
@@ -69,7 +74,7 @@ def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
     return ints
 
 
-def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict | None = None) -> np.ndarray:
+def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict[str, Any] | None = None) -> np.ndarray:
     """Seconds if the first row is a number, else ISO-8601 datetimes; the first misfit row is named.
 
     `state` carries the first row's kind and datetime across the chunks of one file."""
@@ -105,7 +110,7 @@ def _open_rows(path: Path, size: int | None) -> Iterator[tuple[pd.DataFrame, Whe
         raise InputError(f"{path}: cannot parse as CSV ({str(err).strip().splitlines()[0]})") from err
 
 
-def _parse(path: Path, frame: pd.DataFrame, where: Where, report: LoadReport, state: dict) -> Columns:
+def _parse(path: Path, frame: pd.DataFrame, where: Where, report: LoadReport, state: dict[str, Any]) -> Columns:
     missing = [c for c in HEADER if c not in frame.columns]
     if missing:
         raise InputError(f"{path}:1: missing column(s) {', '.join(missing)} (header must have "
@@ -125,7 +130,7 @@ def read(path: Path, block_tokens: int) -> tuple[list[Request], LoadReport]:
 def chunks(path: Path, rows: int = 10_000, report: LoadReport | None = None) -> Iterator[tuple[Columns, Where]]:
     """The file's rows as Columns of at most `rows` requests each (for statistics in bounded memory)."""
     report = report if report is not None else LoadReport(str(path), "csv")
-    state: dict = {}
+    state: dict[str, Any] = {}
     for frame, where in _open_rows(path, rows):
         yield _parse(path, frame, where, report, state), where
 

@@ -23,6 +23,10 @@ NAMES = FieldNames(time="arrival_s", input="input_tokens", output="output_tokens
 _REQUIRED = ("request_id", "arrival_s", "input_tokens", "output_tokens")
 
 
+def _at_row(path: Path, start: int, request_id: np.ndarray) -> Callable[[int], str]:
+    return lambda i: f"{path}: row {start + i} (request_id {request_id[i]})"
+
+
 def _int_column(path: Path, table: pa.Table, name: str) -> np.ndarray:
     col = table.column(name)
     if not pa.types.is_integer(col.type):
@@ -116,7 +120,7 @@ def chunks(path: Path, rows: int = 10_000,
             break
         cols, request_id = _parse(path, pa.Table.from_batches([batch]), names)
         ids.append(request_id)
-        yield cols, (lambda i, at=start, rid=request_id: f"{path}: row {at + i} (request_id {rid[i]})")
+        yield cols, _at_row(path, start, request_id)
         start += batch.num_rows
     if not ids:  # no row groups: the empty-trace check still runs on an empty chunk
         yield _parse(path, _open(path, lambda: pq.read_table(path)), names)[0], str

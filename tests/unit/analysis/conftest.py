@@ -22,7 +22,8 @@ TPOT_S = 0.02
 
 
 def fake_run(deployment: str, rate_rps: float, capacity_rps: float, n: int = 120, prefill_s: float = 1.0,
-             spread: float = 1.5, prfaas_share: float = 0.5, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+             spread: float = 1.5, prfaas_share: float = 0.5,
+             seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     rng = np.random.default_rng(seed)
     arrival = np.arange(n) / rate_rps
     depart = np.empty(n)
@@ -51,7 +52,8 @@ def fake_run(deployment: str, rate_rps: float, capacity_rps: float, n: int = 120
         "util_prefill_local": 0.5, "util_prefill_prfaas": 0.5, "util_decode": 0.5,
     })
     meta = {"deployment": deployment, "mode": "sim", "offered_rps": rate_rps, "threshold_tokens": 19000,
-            "n_prfaas": 4, "n_prefill": 3, "n_decode": 5, "workload": "fake", "model": "fake", "link_capacity_gbps": 100.0,
+            "n_prfaas": 4, "n_prefill": 3, "n_decode": 5, "workload": "fake", "model": "fake",
+            "link_capacity_gbps": 100.0,
             "seed": seed, "plan": {"lambda_max_rps": capacity_rps, "theta_pd_d_rps": 2 * capacity_rps}}
     return requests, timeseries, meta
 

@@ -75,7 +75,7 @@ def test_mixed_object_columns_are_written_as_strings(tmp_path):
 
 
 def test_read_parquet_of_a_missing_file_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="nothing.parquet"):
+    with pytest.raises(InputError, match=r"nothing.parquet"):
         frames.read_parquet(tmp_path / "nothing.parquet")
 
 

@@ -111,7 +111,8 @@ def test_missing_plan_or_deployment_fails_with_a_reason(tmp_path):
     ([{"metric": "ttft_mean_s", "target": 1.0}], r"check 0: key 'target' needs 'rel_tol' or 'abs_tol'"),
     ([{"metric": "ttft_mean_s", "max": "1.0x", "at": "sometimes"}], r"check 0: key 'at' is 'sometimes'; valid: lowest"),
     ([{"metric": "ttft_mean_s", "min": True}], r"check 0: key 'min' must be a number"),
-    ([{"metric": "ttft_mean_s", "max": 1, "source": "oracle"}], r"check 0: key 'source' is 'oracle'; valid: report, plan"),
+    ([{"metric": "ttft_mean_s", "max": 1, "source": "oracle"}],
+     r"check 0: key 'source' is 'oracle'; valid: report, plan"),
     ([], r"non-empty list under key 'checks'"),
 ])
 def test_bad_gate_files_name_the_check_and_key(tmp_path, checks, message):
@@ -120,7 +121,8 @@ def test_bad_gate_files_name_the_check_and_key(tmp_path, checks, message):
 
 
 @pytest.mark.parametrize(("check", "message"), [
-    ({"metric": "ttft_avg", "deployment": "new", "max": 1}, r"check 0: key 'metric' is 'ttft_avg'; valid: .*ttft_mean_s"),
+    ({"metric": "ttft_avg", "deployment": "new", "max": 1},
+     r"check 0: key 'metric' is 'ttft_avg'; valid: .*ttft_mean_s"),
     ({"metric": "capacity_rps", "deployment": "new", "at": "lowest_load", "min": 1}, r"'at' does not apply"),
     ({"metric": "ttft_mean_s", "deployment": "new", "relative_to": "base", "max": 1}, r"'relative_to' needs 'at'"),
     ({"metric": "ttft_mean_s", "max": 1}, r"'deployment' is required .* valid: base, new"),

@@ -83,7 +83,9 @@ def test_steady_throughput_falls_back_to_run_throughput_when_the_window_is_empty
 
 
 def test_slo_attainment_and_goodput_count_misses_and_failures():
-    """Of 4 requests one meets both SLOs; one misses TTFT, one TPOT, one failed. Span: arrival 0 to the last completion's finish, 7 s."""
+    """Of 4 requests one meets both SLOs; one misses TTFT, one TPOT, one failed.
+
+    Span: arrival 0 to the last completion's finish, 7 s."""
     df = frame(ttft_s=[1.0, 20.0, 1.0, 1.0], tpot_s=[0.020, 0.020, 0.030, 0.020], error=[None, None, None, "boom"])
     assert m.slo_attainment(df, ttft_slo_s=10.0, tpot_slo_s=0.025) == pytest.approx(0.25)
     assert m.goodput_rps(df, ttft_slo_s=10.0, tpot_slo_s=0.025) == pytest.approx(1 / 7)

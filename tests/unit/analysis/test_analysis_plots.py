@@ -23,7 +23,7 @@ def lines_by_label(ax) -> dict[str, tuple[list[float], list[float]]]:
 
 
 def test_throughput_vs_load_draws_each_sweep_sorted_by_load_with_y_equals_x_and_planner_line():
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.throughput_vs_load(REPORT, ax)
     lines = lines_by_label(ax)
     assert lines["a"] == ([1.0, 2.0, 3.0], [1.0, 2.0, 2.1])
@@ -36,7 +36,7 @@ def test_throughput_vs_load_draws_each_sweep_sorted_by_load_with_y_equals_x_and_
 
 
 def test_ttft_vs_load_draws_mean_and_p90_per_deployment():
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.ttft_vs_load(REPORT, ax)
     lines = lines_by_label(ax)
     assert lines["a mean"] == ([1.0, 2.0, 3.0], [1.0, 2.0, 9.0])
@@ -47,7 +47,7 @@ def test_ttft_vs_load_draws_mean_and_p90_per_deployment():
 
 def test_ttft_cdf_uses_completed_requests_only():
     req = pd.DataFrame({"ttft_s": [3.0, 1.0, 2.0, 50.0, np.nan], "error": [None, None, None, "timeout", None]})
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.ttft_cdf({"a": req}, ax)
     x, y = lines_by_label(ax)["a"]
     assert x == [1.0, 2.0, 3.0]
@@ -55,8 +55,9 @@ def test_ttft_cdf_uses_completed_requests_only():
 
 
 def test_egress_timeseries_draws_egress_and_capacity():
-    ts = pd.DataFrame({"t_s": [0.0, 1.0, 2.0], "egress_gbps": [5.0, 12.0, 3.0], "link_capacity_gbps": [100.0, 50.0, 50.0]})
-    fig, ax = plots.new_axes()
+    ts = pd.DataFrame({"t_s": [0.0, 1.0, 2.0], "egress_gbps": [5.0, 12.0, 3.0],
+                       "link_capacity_gbps": [100.0, 50.0, 50.0]})
+    _fig, ax = plots.new_axes()
     plots.egress_timeseries(ts, ax)
     lines = lines_by_label(ax)
     assert lines["egress"] == ([0.0, 1.0, 2.0], [5.0, 12.0, 3.0])
@@ -83,7 +84,7 @@ def test_table6_comparison_puts_harness_and_paper_bars_side_by_side():
 def test_plan_threshold_and_split_mark_the_optimum():
     sweep_t = pd.DataFrame({"threshold_tokens": [10000, 20000, 30000], "lambda_rps": [2.0, 3.2, 2.5],
                             "prfaas_bound_rps": [2.0, 3.2, 5.0], "pd_p_bound_rps": [9.0, 3.3, 2.5]})
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.plan_threshold(sweep_t, ax)
     lines = lines_by_label(ax)
     assert lines["Θ_prfaas / p"] == ([10.0, 20.0, 30.0], [2.0, 3.2, 5.0])
@@ -91,7 +92,7 @@ def test_plan_threshold_and_split_mark_the_optimum():
 
     sweep_s = pd.DataFrame({"n_prefill": [3, 1, 2], "lambda_rps": [2.5, 1.0, 2.0],
                             "prefill_bound_rps": [3.2, 1.0, 2.1], "decode_bound_rps": [2.5, 4.7, 3.9]})
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.plan_split(sweep_s, ax)
     lines = lines_by_label(ax)
     assert lines["decode bound"] == ([1.0, 2.0, 3.0], [4.7, 3.9, 2.5])

@@ -27,7 +27,8 @@ def test_report_has_one_row_per_run_with_override_columns(shared_sweep):
     assert runs.deployments(report) == ["homogeneous_pd", "prfaas_pd", "naive_hetero"]
 
 
-@pytest.mark.parametrize(("deployment", "capacity"), [("homogeneous_pd", 2.0), ("prfaas_pd", 3.1), ("naive_hetero", 2.4)])
+@pytest.mark.parametrize(("deployment", "capacity"),
+                         [("homogeneous_pd", 2.0), ("prfaas_pd", 3.1), ("naive_hetero", 2.4)])
 def test_capacity_is_the_bottleneck_rate_of_each_fake_deployment(shared_sweep, deployment, capacity):
     """The fake server completes at most `capacity` req/s: the 4 req/s run measures it within 3%."""
     table = rep.deployment_table(rep.build_report([shared_sweep])).set_index("deployment")

@@ -97,7 +97,7 @@ TABLE = pd.DataFrame({
 
 
 def test_sweep_lines_plot_capacity_and_planner_vs_the_parameter_sorted():
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.sweep_lines(TABLE, "link.capacity_gbps", ax)
     lines = lines_by_label(ax)
     assert lines["a emulated"] == ([1.0, 10.0, 100.0], [1.0, 2.5, 3.0])
@@ -109,7 +109,7 @@ def test_sweep_lines_plot_capacity_and_planner_vs_the_parameter_sorted():
 
 
 def test_sweep_ttft_plots_mean_and_p90():
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.sweep_ttft(TABLE, "link.capacity_gbps", ax)
     lines = lines_by_label(ax)
     assert lines["b mean"] == ([1.0, 100.0], [80.0, 6.0])
@@ -119,7 +119,7 @@ def test_sweep_ttft_plots_mean_and_p90():
 def test_sweep_lines_draw_one_line_per_value_of_the_other_parameter():
     table = pd.DataFrame({"deployment": "a", "x.t": [1.0, 2.0, 1.0, 2.0], "x.bw": [5.0, 5.0, 100.0, 100.0],
                           "steady_rps": [1.0, 2.0, 3.0, 4.0]})
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.sweep_lines(table, "x.t", ax)
     lines = lines_by_label(ax)
     assert lines["a, bw=5 emulated"] == ([1.0, 2.0], [1.0, 2.0])
@@ -127,7 +127,8 @@ def test_sweep_lines_draw_one_line_per_value_of_the_other_parameter():
 
 
 def test_heatmap_puts_each_value_in_its_cell_and_leaves_missing_points_blank():
-    table = pd.DataFrame({"deployment": ["a", "a", "a", "b"], "p.x": [2.0, 1.0, 2.0, 1.0], "p.y": [10.0, 10.0, 20.0, 10.0],
+    table = pd.DataFrame({"deployment": ["a", "a", "a", "b"], "p.x": [2.0, 1.0, 2.0, 1.0],
+                          "p.y": [10.0, 10.0, 20.0, 10.0],
                           "steady_rps": [3.0, 1.0, 4.0, 7.0], "saturated": True})
     fig = plots.sweep_heatmap(table, "p.x", "p.y")
     images = [ax.images[0].get_array() for ax in fig.axes if ax.images]
@@ -148,7 +149,7 @@ def test_kv_throughput_draws_model_curves_and_measured_points():
         "phi_kv_gbps": [2.0, 1.0, 1.5, 5.0, 30.0],
         "source": ["costmodel", "costmodel", "measured", "costmodel", "costmodel"],
     })
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.kv_throughput(df, ax)
     lines = lines_by_label(ax)
     assert lines["m (hybrid)"] == ([1024.0, 4096.0], [1.0, 2.0])
@@ -202,7 +203,7 @@ def test_emulated_points_are_empty_when_the_sweep_varied_something_else():
 
 
 def test_report_of_a_two_parameter_sweep_prints_the_sweep_table_and_draws_its_figures(grid_sweep, tmp_path):
-    report, text = rep.write_report([grid_sweep], out_dir=tmp_path)
+    _report, text = rep.write_report([grid_sweep], out_dir=tmp_path)
     assert "swept: deployment.router.threshold_tokens, link.capacity_gbps" in text
     assert "x_homogeneous_pd" not in text  # no per-deployment capacity table over a parameter sweep
     for name in ("fig_sweep_threshold_tokens.png", "fig_sweep_threshold_tokens_ttft.png", "fig_sweep_capacity_gbps.png",
@@ -237,12 +238,13 @@ def test_categorical_sweep_keys_split_the_points_but_get_no_axis(tmp_path, run_f
                 run_dir = tmp_path / f"{job}_p"
                 (run_dir / ".hydra").mkdir(parents=True)
                 (run_dir / ".hydra" / "overrides.yaml").write_text(
-                    f"- workload={workload}\n- deployment.router.flag={str(flag).lower()}\n- workload.arrivals.cv={cv}\n")
+                    f"- workload={workload}\n- deployment.router.flag={str(flag).lower()}\n"
+                    f"- workload.arrivals.cv={cv}\n")
                 req, ts, meta = run_factory("p", 6.0, cap_scale * (2.0 + flag))
                 meta["workload"] = workload
                 write_run(run_dir, req, ts, meta, {"figures": False})
                 job += 1
-    report, text = rep.write_report([tmp_path], out_dir=tmp_path)
+    report, _text = rep.write_report([tmp_path], out_dir=tmp_path)
     params = rep.sweep_params(report)
     assert params == ["workload", "deployment.router.flag", "workload.arrivals.cv"]
     assert rep.numeric_params(report, params) == ["workload.arrivals.cv"]
@@ -250,7 +252,7 @@ def test_categorical_sweep_keys_split_the_points_but_get_no_axis(tmp_path, run_f
     assert table.loc[("b", True, 4.0), "steady_rps"] == pytest.approx(6.0, rel=0.05)
     assert table.loc[("a", False, 1.0), "steady_rps"] == pytest.approx(2.0, rel=0.05)
     assert (tmp_path / "fig_sweep_cv.png").exists() and not (tmp_path / "fig_sweep_heatmap.png").exists()
-    fig, ax = plots.new_axes()
+    _fig, ax = plots.new_axes()
     plots.sweep_lines(rep.sweep_table(report), "workload.arrivals.cv", ax, keys=params)
     assert len([label for label in lines_by_label(ax) if label.endswith("emulated")]) == 4
     assert lines_by_label(ax)["p, workload=b, flag=True emulated"][1] == pytest.approx([6.0, 6.0], rel=0.05)

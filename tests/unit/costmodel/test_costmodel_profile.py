@@ -196,7 +196,7 @@ def test_bad_gpu_count_and_missing_hardware(internal, compose_cfg, hardware):
         build_profile(compose_cfg([]).model, hardware["h200"], gpus_per_instance=0)
     with pytest.raises(InputError, match="hardware is missing"):
         build_profile(compose_cfg([]).model, None)
-    with pytest.raises(InputError, match="model.name is missing"):
+    with pytest.raises(InputError, match=r"model.name is missing"):
         build_profile({"name": "???"}, hardware["h200"])
 
 
@@ -219,7 +219,7 @@ LINEAR_H20 = ["model.profiles.h20.decode.kind=linear", "+model.profiles.h20.deco
 
 
 def test_linear_decode_grows_with_batch_and_context(compose_cfg, hardware):
-    profile = build_profile(compose_cfg(LINEAR_H20 + ["model.profiles.h20.decode.bs_max=32"]).model, hardware["h20"])
+    profile = build_profile(compose_cfg([*LINEAR_H20, "model.profiles.h20.decode.bs_max=32"]).model, hardware["h20"])
     assert profile.bs_max == 32
     one, eight = profile.decode_step_s(1, 1000.0), profile.decode_step_s(8, 1000.0)
     assert one == pytest.approx(0.01 + 0.0005 + 1e-5) and eight > one
@@ -229,7 +229,7 @@ def test_linear_decode_grows_with_batch_and_context(compose_cfg, hardware):
 def test_linear_decode_without_bs_max_is_sized_by_the_slo(compose_cfg, hardware):
     """At 40 tok/s the step budget is 25 ms; at 32K context per sequence each sequence costs
     0.5 ms + 0.33 ms, so (25 - 10) / 0.8277 -> 18 sequences; a slower SLO admits more."""
-    model = compose_cfg(LINEAR_H20 + ["model.profiles.h20.decode.bs_max=null"]).model
+    model = compose_cfg([*LINEAR_H20, "model.profiles.h20.decode.bs_max=null"]).model
     at40 = build_profile(model, hardware["h20"], slo_tokens_per_s=40.0)
     at20 = build_profile(model, hardware["h20"], slo_tokens_per_s=20.0)
     assert at40.bs_max == 18

@@ -134,7 +134,7 @@ def test_chat_stream_first_delta_has_the_role(serve_fake, sse_events):
 ])
 def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(method, path, body, status, code, serve_fake):
     async def go():
-        async with serve_fake() as (url, engine), aiohttp.ClientSession() as s:
+        async with serve_fake() as (url, _engine), aiohttp.ClientSession() as s:
             if method == "POST":
                 got_status, raw = await _post(s, url + path, body)
             else:
@@ -164,11 +164,11 @@ def test_shutdown_mid_stream_ends_the_stream_with_an_error_event(serve_fake):
     """Requests in flight when the server stops get an in-stream error, then [DONE]."""
 
     async def go():
-        async with serve_fake() as (url, engine), aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1000, "stream": True}) as r:
-                await r.content.readuntil(b"\n\n")  # the first token is out
-                engine.close("server shut down")
-                rest = (await r.read()).decode()
+        async with (serve_fake() as (url, engine), aiohttp.ClientSession() as s,
+                    s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1000, "stream": True}) as r):
+            await r.content.readuntil(b"\n\n")  # the first token is out
+            engine.close("server shut down")
+            rest = (await r.read()).decode()
         return rest
 
     rest = run(go())
@@ -194,10 +194,10 @@ def test_streaming_without_a_predictable_decode_instance_still_delivers_every_to
     options = ServeOptions(served_model="fake-model", stream_interval_tokens=3)
 
     async def body():
-        async with serve_fake(options, time_scale=5.0, expose_decode=False) as (url, _), \
-                aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 12, "stream": True}) as r:
-                return await sse_events(r)
+        async with (serve_fake(options, time_scale=5.0, expose_decode=False) as (url, _),
+                    aiohttp.ClientSession() as s,
+                    s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 12, "stream": True}) as r):
+            return await sse_events(r)
 
     events = run(body())
     texts = [c["choices"][0]["text"] for c in events[:-1]]

@@ -155,7 +155,7 @@ def assert_sane(p: GenerationParams, api: str) -> None:
     assert p.api == api and p.model == SERVED
     ids = np.asarray(p.prompt_ids)
     assert len(ids) >= 1 and ids.dtype.kind == "i" and ids.min() >= 0
-    assert 1 <= p.max_tokens and 0 <= p.min_tokens <= p.max_tokens
+    assert p.max_tokens >= 1 and 0 <= p.min_tokens <= p.max_tokens
     assert len(ids) + p.max_tokens <= OPTS["max_model_len"]
     assert all(type(v) is bool for v in (p.stream, p.ignore_eos, p.include_usage))
 
@@ -310,7 +310,7 @@ def test_app_answers_generated_bodies_with_200_or_4xx_and_stays_healthy(serve_fa
     """`serve_fake` is a factory (each example starts and stops its own server), so sharing it
     across examples is safe."""
     answers, health = asyncio.run(_post_all(serve_fake, posts))
-    for (path, raw), answer in zip(posts, answers):
+    for (path, raw), answer in zip(posts, answers, strict=False):
         try:
             _assert_http_answer(*answer)
         except (AssertionError, ValueError, KeyError) as exc:

@@ -27,23 +27,23 @@ def test_one_hash_per_block_including_the_partial_last(n_tokens, block, expected
 def test_shared_prefix_shares_exactly_its_complete_blocks():
     """Two prompts agreeing on 2.5 blocks share 2 leading ids, then diverge for good."""
     a = list(range(100, 120))
-    b = a[:10] + [999] + a[11:]  # differs inside block 2 (tokens 8..11), block size 4
+    b = [*a[:10], 999, *a[11:]]  # differs inside block 2 (tokens 8..11), block size 4
     ha, hb = block_hash_ids(a, 4), block_hash_ids(b, 4)
     assert ha[:2] == hb[:2]
-    assert all(x != y for x, y in zip(ha[2:], hb[2:]))  # chained: later equal blocks still differ
+    assert all(x != y for x, y in zip(ha[2:], hb[2:], strict=False))  # chained: later equal blocks still differ
 
 
 def test_hashes_are_chained_not_positional():
     """The same block content after different prefixes hashes differently."""
     block = [7, 7, 7, 7]
-    assert block_hash_ids([1, 2, 3, 4] + block, 4)[1] != block_hash_ids([5, 6, 7, 8] + block, 4)[1]
+    assert block_hash_ids([1, 2, 3, 4, *block], 4)[1] != block_hash_ids([5, 6, 7, 8, *block], 4)[1]
 
 
 def test_partial_block_matches_only_an_identical_partial_block():
     """A trailing partial block equals another only when its tokens and length are the same."""
     base = list(range(8))
-    assert block_hash_ids(base + [1, 2], 4)[2] == block_hash_ids(base + [1, 2], 4)[2]
-    assert block_hash_ids(base + [1, 2], 4)[2] != block_hash_ids(base + [1, 2, 3], 4)[2]
+    assert block_hash_ids([*base, 1, 2], 4)[2] == block_hash_ids([*base, 1, 2], 4)[2]
+    assert block_hash_ids([*base, 1, 2], 4)[2] != block_hash_ids([*base, 1, 2, 3], 4)[2]
 
 
 def test_hash_ids_fit_int64():

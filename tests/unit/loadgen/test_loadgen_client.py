@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.client import OpenAIHttpTarget, discover_model, v1_base
+from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.prompts import PromptBuilder
 from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request

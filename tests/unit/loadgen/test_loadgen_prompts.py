@@ -55,8 +55,8 @@ def test_trace_prefix_structure_survives_the_server_hash():
     """Prompts built from chained trace ids hash (server side) to ids with the same equality pattern."""
     trace = [req(0, 20, [0, 1, 2]), req(1, 24, [0, 1, 3]), req(2, 17, [0, 4, 5]), req(3, 20, [0, 1, 2])]
     server = [block_hash_ids(B.token_ids(r), 8) for r in trace]
-    for r1, s1 in zip(trace, server):
-        for r2, s2 in zip(trace, server):
+    for r1, s1 in zip(trace, server, strict=False):
+        for r2, s2 in zip(trace, server, strict=False):
             for i in range(min(len(s1), len(s2))):
                 same_prefix = r1.hash_ids[: i + 1] == r2.hash_ids[: i + 1]
                 same_len = (i + 1) * 8 <= min(r1.input_tokens, r2.input_tokens) or r1.input_tokens == r2.input_tokens

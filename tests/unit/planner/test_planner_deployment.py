@@ -18,7 +18,7 @@ CONTRACT_KEYS = {"lambda_max_rps", "theta_prfaas_rps", "theta_pd_p_rps", "theta_
 def test_plan_dict_has_the_contract_keys_and_is_strict_json(plan):
     for dep in ("homogeneous_pd", "naive_hetero", "prfaas_pd"):
         d = plan([f"deployment={dep}"])
-        assert CONTRACT_KEYS <= set(d)
+        assert set(d) >= CONTRACT_KEYS
         json.dumps(d, allow_nan=False)
 
 

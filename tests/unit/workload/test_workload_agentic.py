@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import numpy as np
@@ -56,7 +57,7 @@ def test_each_turn_extends_the_previous_context(requests):
     """Turn k+1's prompt holds turn k's prompt and output, and starts with its complete blocks."""
     checked = 0
     for turns in _sessions(requests).values():
-        for prev, cur in zip(turns, turns[1:]):
+        for prev, cur in itertools.pairwise(turns):
             assert cur.input_tokens > prev.input_tokens + prev.output_tokens
             keep = prev.input_tokens // BLOCK
             assert cur.hash_ids[:keep] == prev.hash_ids[:keep]
@@ -93,7 +94,7 @@ def test_prefix_reuse_shows_up_as_cache_hits(requests):
     """Every later turn hits at least the previous prompt's complete blocks in an unbounded cache."""
     hits = replay_hits(requests, BLOCK)
     prev_input = {}
-    for r, hit in zip(requests, hits.tolist()):
+    for r, hit in zip(requests, hits.tolist(), strict=False):
         if r.turn > 1:
             assert hit >= (prev_input[r.session_id] // BLOCK) * BLOCK
         prev_input[r.session_id] = r.input_tokens

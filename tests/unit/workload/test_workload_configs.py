@@ -51,7 +51,7 @@ def test_fixed_override_paths():
     cfg = _compose("workload=fixed", "workload.input_tokens=1000", "workload.output_tokens=10",
                    "workload.num_requests=5")
     assert {(r.input_tokens, r.output_tokens) for r in build_workload(cfg.workload)} == {(1000, 10)}
-    values, weights = input_length_distribution(cfg.workload)
+    values, _weights = input_length_distribution(cfg.workload)
     assert values.tolist() == [1000.0] and mean_output_tokens(cfg.workload) == 10.0
 
 

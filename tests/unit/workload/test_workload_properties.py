@@ -110,7 +110,7 @@ def parquet_requests(draw) -> list[Request]:
     ids = draw(st.lists(st.integers(-(2**63), INT64_MAX), min_size=n, max_size=n, unique=True))
     times = sorted(draw(st.lists(st.floats(0.0, 1e12, allow_nan=False), min_size=n, max_size=n)))
     out = []
-    for rid, t in zip(ids, times):
+    for rid, t in zip(ids, times, strict=False):
         inp = draw(st.integers(1, 5 * BLOCK))
         out.append(Request(rid, t, inp, draw(st.integers(1, 10**6)),
                            tuple(draw(st.lists(st.integers(-(2**63), INT64_MAX), min_size=n_ids(inp),
@@ -366,7 +366,7 @@ def azure_file(draw) -> tuple[list[str], set[int], list[tuple[float, int, int]],
         if shape == "short":
             cells, row_ok = cells[:draw(st.integers(1, 2))], False
         elif shape == "long":
-            cells, row_ok = cells + [str(draw(st.integers(0, 99)))], False
+            cells, row_ok = [*cells, str(draw(st.integers(0, 99)))], False
         lines.append(",".join(cells))
         if row_ok:
             if datetimes:
@@ -382,7 +382,7 @@ def azure_file(draw) -> tuple[list[str], set[int], list[tuple[float, int, int]],
 @PROPS
 @given(case=azure_file())
 def test_azure_csv_loads_good_rows_or_names_a_bad_line(case, new_dir):
-    lines, bad, good, datetimes = case
+    lines, bad, good, _datetimes = case
     path = new_dir() / "a.csv"
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8", newline="\n")
     try:
@@ -441,9 +441,9 @@ _ROW = '{"timestamp": 0, "input_length": 10, "output_length": 5}'
     pytest.param(_ROW + "\n" + '{"timestamp": 1, "input_length": %s, "output_length": 5}\n' % ("1" * 5000), 2,
                  id="integer-of-5000-digits"),
     pytest.param(_ROW + "\n" + "[" * 100_000 + "]" * 100_000 + "\n", 2, id="json-nested-100000-deep"),
-    pytest.param('{"timestamp": 0, "input_length": %d, "output_length": 5}\n' % 2**70, 1,
+    pytest.param(f'{{"timestamp": 0, "input_length": {2**70}, "output_length": 5}}\n', 1,
                  id="input-length-beyond-int64"),
-    pytest.param('{"timestamp": %d, "input_length": 5, "output_length": 5}\n' % 10**400, 1,
+    pytest.param(f'{{"timestamp": {10**400}, "input_length": 5, "output_length": 5}}\n', 1,
                  id="timestamp-beyond-float-range"),
     pytest.param('{"timestamp": 0,\r "input_length": 10, "output_length": 5}\n', None,
                  id="carriage-return-as-json-whitespace-is-valid"),
@@ -462,12 +462,12 @@ def test_jsonl_pinned_cases(tmp_path, text, line):
 
 
 @pytest.mark.parametrize("row", [
-    pytest.param('{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [%d]}' % 2**64,
+    pytest.param(f'{{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [{2**64}]}}',
                  id="hash-id-beyond-int64"),
-    pytest.param('{"timestamp": 0, "input_length": 5, "output_length": 5, "session_id": %d}' % 2**70,
+    pytest.param(f'{{"timestamp": 0, "input_length": 5, "output_length": 5, "session_id": {2**70}}}',
                  id="session-id-beyond-int64"),
-    pytest.param('{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [%d]}\n'
-                 '{"timestamp": 0, "input_length": 5, "output_length": 5}' % INT64_MAX,
+    pytest.param(f'{{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [{INT64_MAX}]}}\n'
+                 '{"timestamp": 0, "input_length": 5, "output_length": 5}',
                  id="synthesised-ids-after-the-largest-int64"),
 ])
 def test_what_jsonl_accepts_converts_to_parquet(tmp_path, row):

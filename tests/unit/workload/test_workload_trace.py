@@ -45,7 +45,8 @@ def test_other_arrival_process_replaces_timestamps():
 def test_distribution_removes_prefix_hits_and_counts_changes(caplog):
     values, weights = TraceWorkload(TINY).uncached_input_distribution()
     # Uncached lengths: 1200, 1300-1024, 2000-1024, 500 (hits replayed in file order).
-    assert dict(zip(values.tolist(), weights.tolist())) == {276.0: 0.25, 500.0: 0.25, 976.0: 0.25, 1200.0: 0.25}
+    assert dict(zip(values.tolist(), weights.tolist(), strict=False)) == \
+        {276.0: 0.25, 500.0: 0.25, 976.0: 0.25, 1200.0: 0.25}
     assert TraceWorkload(TINY).mean_output_tokens() == pytest.approx((30 + 1 + 12 + 8) / 4)
     with caplog.at_level(logging.WARNING):
         TraceWorkload(TINY).generate()
