@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.deploy.decode import DecodeInstance
+from harness.deploy.state import DeploymentState
 
 if TYPE_CHECKING:
     from harness.deploy.job import Job
@@ -20,7 +21,7 @@ def _reserved(instance: DecodeInstance) -> int:
     return instance.reserved
 
 
-class DecodePool:
+class DecodePool(DeploymentState):
     def _kv_ready(self, job: Job) -> None:
         job.kv_ready_s = self.clock.now()
         if self.blocked or not self._landing_fits(job):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from harness.deploy.job import Job
 from harness.deploy.router.base import LOCAL, PRFAAS
+from harness.deploy.state import DeploymentState
 
 
-class OutageHandling:
+class OutageHandling(DeploymentState):
     def set_prfaas_reachable(self, reachable: bool) -> None:
         """A PrfaaS outage: the cross-DC path goes down; work stuck behind it is re-prefilled locally.
 

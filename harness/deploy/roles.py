@@ -6,11 +6,13 @@ delay, then comes back in its new role. Mixed into `Deployment`, whose state it 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from harness.deploy.decode import DecodeInstance
 from harness.deploy.prefill import PrefillInstance
 from harness.deploy.router.base import LOCAL
+from harness.deploy.state import DeploymentState
 
 
 @dataclass
@@ -30,23 +32,25 @@ class Drain:
         return inst.reserved == 0
 
 
-class RoleChanges:
+class RoleChanges(DeploymentState):
     def convert(self, n_prefill: int, n_decode: int, switch_delay_s: float) -> None:
         """Move local instances between prefill and decode: drain, wait `switch_delay_s`, switch."""
         to_decode = len(self.prefill[LOCAL]) - n_prefill
         to_prefill = len(self.decode) - n_decode
         for _ in range(max(0, to_decode)):
-            instance = self.least_loaded[LOCAL].least_loaded()
-            self.prefill[LOCAL].remove(instance)
-            self._start_drain(instance, "decode", switch_delay_s)
+            prefill = self.least_loaded[LOCAL].least_loaded()
+            if prefill is None:  # no local prefill instance left to convert
+                break
+            self.prefill[LOCAL].remove(prefill)
+            self._start_drain(prefill, "decode", switch_delay_s)
         for _ in range(max(0, to_prefill)):
-            instance = min(self.decode, key=lambda d: d.reserved)
-            self.decode.remove(instance)
-            self._start_drain(instance, "prefill", switch_delay_s)
+            decode = min(self.decode, key=lambda d: d.reserved)
+            self.decode.remove(decode)
+            self._start_drain(decode, "prefill", switch_delay_s)
         self._log_roles()
         self._check_draining()
 
-    def _start_drain(self, instance, new_role: str, delay_s: float) -> None:
+    def _start_drain(self, instance: PrefillInstance | DecodeInstance, new_role: str, delay_s: float) -> None:
         self.draining.append(Drain(instance, new_role, delay_s))
 
     def _check_draining(self) -> None:
@@ -54,7 +58,7 @@ class RoleChanges:
             if drain.switching or not drain.idle:
                 continue
             drain.switching = True
-            self.clock.call_at(self.clock.now() + drain.delay_s, lambda d=drain: self._switch(d))
+            self.clock.call_at(self.clock.now() + drain.delay_s, functools.partial(self._switch, drain))
 
     def _switch(self, drain: Drain) -> None:
         self.draining.remove(drain)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.deploy.router.base import PRFAAS
+from harness.deploy.state import DeploymentState
 
 if TYPE_CHECKING:
     from harness.deploy.job import Job
     from harness.deploy.prefill import PrefillInstance
 
 
-class KvTransfers:
+class KvTransfers(DeploymentState):
     def _fetch_then_prefill(self, job: Job, source: str, tokens: int, instance: PrefillInstance) -> None:
         """Cross-cluster cache transfer: move the longer prefix (KV + state) to the computing cluster."""
         profile = self.profiles[source]
