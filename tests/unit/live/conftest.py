@@ -110,16 +110,11 @@ async def _serve_fake(options: ServeOptions | None = None, *, time_scale=1.0, **
     engine = LiveEngine(FakeDeployment(clock, **fake), clock, loop, block_tokens=4)
     options = options or ServeOptions(served_model="fake-model", max_model_len=4096, stream_interval_tokens=1,
                                       max_body_bytes=64 * 1024)
-    runner = web.AppRunner(make_app(engine, options), access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}", engine
-    finally:
-        engine.close()
-        await runner.cleanup()
+    async with _serve_engine(engine, options) as url:
+        try:
+            yield url, engine
+        finally:
+            engine.close()  # fail what is in flight before the server shuts down
 
 
 class StepEngine:
