@@ -8,17 +8,21 @@ was back at its full in-flight count (past it the loop has run out of requests a
 With several routes (PrfaaS-PD: `local`, `prfaas`) each route is measured the same way over its own
 requests, and the slowest route per unit of its share of the workload sets the rate: the routes'
 queues may be working on parts of the trace far apart, and the loop's total would count whichever
-is ahead. Within a route, completions are counted in units of the route's mean request: each weighs
-its prefill occupancy (`prefill_end_s - prefill_start_s`) over the mean occupancy of all the route's
-completed requests. Why: a conversation trace's later turns wait for the turn they continue
-(`harness.deploy.capacity.offer_saturation`), and with a deep queue in front of a pool they wait
-long, so the requests that pool completes inside its window are a different set at a different
-in-flight count. On the Mooncake conversation trace the held turns are the light ones (their prefix
-is cached): at 4x the automatic count PrfaaS-PD's remote window held 16% fewer of them, its mean
-prefill 6% longer, and a plain count read 4% low while the pool was 100% busy at both settings.
-A pool busy throughout its window completes its instances' worth of occupancy per second whatever
-the order, so counted in mean requests its rate is the same set of service times at any in-flight
-count. Without prefill stamps (some live/url runs) each completion counts as one.
+is ahead.
+
+A route whose prefill pool was busy (>= 90%) in its window counts its completions in units of its
+mean request: each weighs its prefill occupancy (`prefill_end_s - prefill_start_s`) over the mean
+occupancy of all the route's completed requests. Why: a conversation trace's later turns wait for
+the turn they continue (`harness.deploy.capacity.offer_saturation`), and behind a deep queue they
+wait long, so which requests a pool completes inside its window depends on the in-flight count. On
+the Mooncake conversation trace the held turns are light (their prefix is cached): at 4x the
+automatic count PrfaaS-PD's remote window held 38% continuations instead of 42%, its cached share
+fell from 32% to 26% of the prompt tokens and its mean prefill rose 6%, so a plain count read 4.1%
+low while the pool was 100% busy at both settings (the trace's cached share over the whole run:
+30.9% / 30.8%). A pool busy throughout completes its instances' worth of occupancy per second
+whatever the order; counted in mean requests that is the same rate at any in-flight count. A route
+whose pool idled follows the loop's pace instead, and counts one per completion (so does every
+route without prefill stamps: some live/url runs).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.metrics import completed_mask
+
+# A route's prefill pool at least this busy in its window sets the route's pace (the same 90% below
+# which the saturation summary calls a bottleneck pool starved: harness/deploy/capacity.py).
+BUSY_POOL = 0.9
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,8 @@ class RouteWindow:
     end_s: float
     completions: int
     rate_rps: float
+    pool_busy: float = math.nan  # its prefill pool's busy fraction in the window (NaN: no stamps)
+    mean_requests: bool = False  # counted in mean requests (its pool was busy), else one per completion
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,28 @@ def completion_window(finish: np.ndarray, n: int, warmup_fraction: float, last_s
     return start, end, int(inside.sum()), float(w[inside].sum()) / (end - start)
 
 
+def pool_busy_fraction(df: pd.DataFrame, mine: np.ndarray, start_s: float, end_s: float) -> float:
+    """How busy the prefill instances the route's requests ran on were in [start_s, end_s]: the union
+    of each instance's prefill passes inside the window over instances x window (NaN without stamps)."""
+    if "prefill_instance" not in df.columns or not end_s > start_s:
+        return math.nan
+    names = df["prefill_instance"].astype("string").fillna("").to_numpy()[mine]
+    begin = np.clip(_column(df, "prefill_start_s")[mine], start_s, end_s)
+    finish = np.clip(_column(df, "prefill_end_s")[mine], start_s, end_s)
+    instances = [name for name in np.unique(names) if name]
+    if not instances:
+        return math.nan
+    busy = 0.0
+    for name in instances:
+        ok = (names == name) & np.isfinite(begin) & np.isfinite(finish)
+        order = np.argsort(begin[ok], kind="stable")
+        reach = start_s
+        for b, f in zip(begin[ok][order], finish[ok][order], strict=True):  # merge overlapping passes
+            busy += max(0.0, f - max(b, reach))
+            reach = max(reach, f)
+    return busy / (len(instances) * (end_s - start_s))
+
+
 def mean_request_weights(df: pd.DataFrame, mine: np.ndarray, done: np.ndarray) -> np.ndarray | None:
     """Each of the route's requests' prefill occupancy over the mean of its completed requests' (None
     when the frame has no usable stamps: every completion then counts as one)."""
@@ -128,10 +160,14 @@ def closed_loop_capacity(df: pd.DataFrame, warmup_fraction: float) -> ClosedLoop
     for name in names:
         mine = routes == name
         share = float(mine[sent].mean())
-        weight = mean_request_weights(df, mine, done)
-        r_start, r_end, count, r = completion_window(finish[mine], int(mine.sum()), warmup_fraction, last_send,
-                                                     weight)
-        per_route.append(RouteWindow(name, share, r_start, r_end, count, r / share if share > 0 else math.nan))
+        r_start, r_end, count, r = completion_window(finish[mine], int(mine.sum()), warmup_fraction, last_send)
+        busy = pool_busy_fraction(df, mine, r_start, r_end)
+        weight = mean_request_weights(df, mine, done) if busy >= BUSY_POOL else None
+        if weight is not None:  # the route's own pool set its pace: count its completions in mean requests
+            r_start, r_end, count, r = completion_window(finish[mine], int(mine.sum()), warmup_fraction,
+                                                         last_send, weight)
+        per_route.append(RouteWindow(name, share, r_start, r_end, count, r / share if share > 0 else math.nan,
+                                     busy, weight is not None))
     rates = [r.rate_rps for r in per_route if math.isfinite(r.rate_rps)]
     return ClosedLoopCapacity(min(rates) if rates else rate, start, end, tuple(per_route))
 

@@ -12,20 +12,23 @@ from harness.analysis.saturation import closed_loop_capacity
 from harness.deploy.capacity import starvation
 
 
-def _frame(prfaas_order: np.ndarray, occupancy: np.ndarray) -> pd.DataFrame:
+def _frame(prfaas_order: np.ndarray, occupancy: np.ndarray, local_occupancy: float | np.ndarray = 0.1) -> pd.DataFrame:
     """A closed loop with two routes. `prfaas`: one server, FIFO, busy from t=0 with its requests in
     `prfaas_order` (each `occupancy` long); `local`: as many requests, each done 0.1 s after the last,
-    far ahead (never the bottleneck). Every request is sent at 0 (a deep queue)."""
+    far ahead (never the bottleneck), on two instances that each work `local_occupancy` of every 0.2 s.
+    The queue is deep: the remote pool is never idle."""
     n = len(prfaas_order)
     ends = np.cumsum(occupancy[prfaas_order])
-    prfaas = pd.DataFrame({"request_id": 2 * prfaas_order + 1, "route": "prfaas", "arrival_s": 0.0,
+    prfaas = pd.DataFrame({"request_id": 2 * prfaas_order + 1, "route": "prfaas", "prefill_instance": "r0",
                            "prefill_start_s": ends - occupancy[prfaas_order], "prefill_end_s": ends,
                            "finish_s": ends + 1.0})
     local_end = 0.1 * np.arange(1, n + 1)
-    local = pd.DataFrame({"request_id": 2 * np.arange(n), "route": "local", "arrival_s": 0.0,
-                          "prefill_start_s": local_end - 0.1, "prefill_end_s": local_end, "finish_s": local_end})
-    # the loop keeps refilling until the last request: sends spread over the run
+    local_instance = np.where(np.arange(n) % 2 == 0, "l0", "l1")  # two instances, each half idle
+    local = pd.DataFrame({"request_id": 2 * np.arange(n), "route": "local", "prefill_instance": local_instance,
+                          "prefill_start_s": local_end - local_occupancy, "prefill_end_s": local_end,
+                          "finish_s": local_end})
     df = pd.concat([local, prfaas], ignore_index=True).sort_values("request_id", ignore_index=True)
+    # the loop keeps refilling until near the end of the remote queue: sends spread over the run
     df["arrival_s"] = np.linspace(0.0, float(ends[-1]) * 0.95, len(df))
     return df.assign(error=None, ttft_s=1.0)
 
@@ -73,5 +76,20 @@ def test_pool_utilisation_is_read_over_each_pools_own_window():
     out = starvation(ts, plan, windows)
     assert out["saturation_util_prfaas"] == pytest.approx(1.0)
     assert out["saturation_warning"] == ""
-    whole = {pool: (0.0, 100.0) for pool in windows}
+    whole = dict.fromkeys(windows, (0.0, 100.0))
     assert starvation(ts, plan, whole)["saturation_warning"].startswith("starved:")
+
+
+def test_a_route_whose_pool_was_not_busy_counts_one_per_completion():
+    """Mean-request counting holds for a pool busy throughout its window; a route whose pool idled
+    follows the loop's pace, and weighing its completions by a mix it did not limit would misread it.
+    Here the local pool is 10% busy and its early requests are heavy: counted in mean requests its
+    window's lighter mix would read it 2x low and make it the bottleneck."""
+    n = 400
+    occupancy = np.where(np.arange(n) % 3 == 0, 0.2, 1.4)
+    local_occupancy = np.where(np.arange(n) < n // 5, 0.1, 0.01)
+    cap = closed_loop_capacity(_frame(np.arange(n), occupancy, local_occupancy), 0.2)
+    local = {r.route: r for r in cap.routes}["local"]
+    assert local.pool_busy < 0.2 and not local.mean_requests
+    assert local.rate_rps == pytest.approx(10.0 / 0.5, rel=0.02)  # 10 local completions per s, half the mix
+    assert {r.route: r for r in cap.routes}["prfaas"].mean_requests

@@ -48,7 +48,7 @@ def test_sessions_chain_in_order():
     assert predecessors(reqs) == {2: 0, 3: 1, 4: 2, 5: 3}
 
 
-_WHOLE = {pool: (0.0, 10.0) for pool in ("pd_p", "prfaas", "pd_d")}
+_WHOLE = dict.fromkeys(("pd_p", "prfaas", "pd_d"), (0.0, 10.0))
 
 
 def test_starvation_warns_only_when_no_bottleneck_pool_is_busy():
