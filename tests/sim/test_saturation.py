@@ -17,7 +17,7 @@ def _saturate(*overrides: str) -> dict:
     return summarize(result.requests, result.timeseries, result.meta, cfg.analysis)
 
 
-@pytest.mark.parametrize("name", ["prfaas_pd", "homogeneous_pd"])
+@pytest.mark.parametrize("name", ["prfaas_pd", "naive_hetero", "homogeneous_pd"])
 def test_paper_case_capacity_is_the_same_at_4x_the_automatic_in_flight(name):
     base = (f"deployment={name}", "workload.num_requests=6000")
     auto = _saturate(*base)
