@@ -62,6 +62,11 @@ class ClosedLoopCapacity:
     end_s: float
     routes: tuple[RouteWindow, ...] = ()  # empty with a single route
 
+    def slowest(self) -> RouteWindow | None:
+        """The route that set the rate (None with a single route)."""
+        finite = [r for r in self.routes if math.isfinite(r.rate_rps)]
+        return min(finite, key=lambda r: r.rate_rps) if finite else None
+
     def window(self, route: str | None = None) -> tuple[float, float]:
         """(start_s, end_s) of `route`'s window, or the whole loop's when the route has none."""
         for r in self.routes:

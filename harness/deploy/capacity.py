@@ -82,6 +82,10 @@ def saturation_meta(cfg: Any, frame: pd.DataFrame, timeseries: pd.DataFrame, pla
     windows = {"pd_p": capacity.window("local"), "prfaas": capacity.window("prfaas"), "pd_d": capacity.window()}
     meta: dict[str, Any] = {"in_flight": in_flight, "in_flight_source": source,
                             "window_start_s": capacity.start_s, "window_end_s": capacity.end_s}
+    slowest = capacity.slowest()
+    if slowest is not None:  # the route that set the rate, and how its completions were counted
+        meta["route"] = slowest.route
+        meta["counted_in"] = "mean requests" if slowest.mean_requests else "completions"
     meta.update({k.removeprefix("saturation_"): v for k, v in starvation(timeseries, plan, windows).items()})
     return meta
 

@@ -93,3 +93,18 @@ def test_a_route_whose_pool_was_not_busy_counts_one_per_completion():
     assert local.pool_busy < 0.2 and not local.mean_requests
     assert local.rate_rps == pytest.approx(10.0 / 0.5, rel=0.02)  # 10 local completions per s, half the mix
     assert {r.route: r for r in cap.routes}["prfaas"].mean_requests
+
+
+def test_the_summary_names_the_route_that_set_the_rate_and_how_it_was_counted():
+    from omegaconf import OmegaConf
+
+    from harness.deploy.capacity import saturation_meta
+
+    n = 400
+    df = _frame(np.arange(n), np.where(np.arange(n) % 3 == 0, 0.2, 1.4))
+    cfg = OmegaConf.create({"loadgen": {"saturation_in_flight": None, "saturation_headroom": None},
+                            "analysis": {"warmup_fraction": 0.2}})
+    meta = saturation_meta(cfg, df, pd.DataFrame(), None, 42)
+    assert meta["route"] == "prfaas" and meta["counted_in"] == "mean requests"
+    assert meta["in_flight"] == 42 and meta["in_flight_source"].startswith("planner")
+    assert meta["window_end_s"] > meta["window_start_s"]
