@@ -4,7 +4,9 @@
 
 For each deployment and workload it runs `loadgen.rate_rps=inf` with the automatic in-flight count
 (harness/deploy/capacity.py), then with that count times each factor, and prints the steady
-throughput, the change against the automatic setting, the pools' utilisation and any warning.
+throughput, the change against the automatic setting, the pools' utilisation, the route that set
+the rate (counted in mean requests when its pool was busy: harness/analysis/saturation.py) and any
+warning.
 Deterministic (virtual time); reported, not asserted (tests/sim/test_saturation.py asserts it).
 """
 
@@ -27,6 +29,14 @@ def capacity(overrides: list[str]) -> dict:
     return summarize(result.requests, result.timeseries, result.meta, cfg.analysis)
 
 
+def _set_by(s: dict) -> str:
+    """The route whose rate set capacity and how it was counted (`-`: a single route)."""
+    route = s.get("saturation_route")
+    if not isinstance(route, str):
+        return "-"
+    return f"{route}({'mean-req' if s.get('saturation_counted_in') == 'mean requests' else 'count'})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=6000)
@@ -35,7 +45,7 @@ def main() -> None:
     ap.add_argument("--deployments", default="homogeneous_pd,naive_hetero,prfaas_pd")
     args = ap.parse_args()
     factors = [float(f) for f in args.factors.split(",")]
-    print("workload deployment in_flight steady_rps change util_pd_p util_prfaas util_pd_d warning")
+    print("workload deployment in_flight steady_rps change util_pd_p util_prfaas util_pd_d set_by warning")
     for workload in args.workloads.split(","):
         for dep in args.deployments.split(","):
             base = [f"workload={workload}", f"deployment={dep}", "loadgen.rate_rps=inf",
@@ -48,7 +58,8 @@ def main() -> None:
                 print(f"{workload} {dep} {int(s['saturation_in_flight'])} {s['steady_throughput_rps']:.3f} "
                       f"{change:+.2%} {s.get('saturation_util_pd_p', float('nan')):.2f} "
                       f"{s.get('saturation_util_prfaas', float('nan')):.2f} "
-                      f"{s.get('saturation_util_pd_d', float('nan')):.2f} {s.get('saturation_warning') or '-'}",
+                      f"{s.get('saturation_util_pd_d', float('nan')):.2f} {_set_by(s)} "
+                      f"{s.get('saturation_warning') or '-'}",
                       flush=True)
 
 

@@ -186,10 +186,12 @@ def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float, closed_loop:
     its own requests, and the slowest per unit of its share of the workload sets the rate: the
     routes' queues may be working on parts of the trace far apart, and the loop's total would count
     whichever is ahead (a FIFO pool busy throughout then measures the same service times whatever
-    the in-flight count).
+    the in-flight count), in units of the route's mean request (harness/analysis/saturation.py).
     """
     if closed_loop:
-        value = _closed_loop_throughput(df, warmup_fraction)
+        from harness.analysis.saturation import closed_loop_throughput  # it reads this module's masks
+
+        value = closed_loop_throughput(df, warmup_fraction)
         if math.isfinite(value):
             return value
     start, end = steady_window(df, warmup_fraction)
@@ -198,57 +200,6 @@ def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float, closed_loop:
     finish = _values(df, "finish_s")[completed_mask(df)]
     inside = (finish >= start) & (finish <= end)
     return float(inside.sum() / (end - start))
-
-
-def _last_full_send(sends: np.ndarray, ends: np.ndarray) -> float:
-    """The last send after which the loop was back at its full in-flight count: past it the loop
-    ran out of requests it could send and the in-flight count decays (a drain, not capacity)."""
-    sends = np.sort(sends)
-    in_flight = np.arange(1, sends.size + 1) - np.searchsorted(ends, sends, side="right")
-    full = np.nonzero(in_flight >= in_flight.max())[0]
-    return float(sends[full[-1]])
-
-
-def _completion_window_rate(finish: np.ndarray, n: int, warmup_fraction: float, last_send: float) -> float:
-    """Completions per second between the completion of the first `warmup_fraction` of `n` requests
-    and that of all but the last `warmup_fraction` (never past `last_send`)."""
-    ends = np.sort(_finite(finish))
-    if ends.size < 4:
-        return float("nan")
-    k0 = min(max(math.ceil(warmup_fraction * n), 0), ends.size - 1)
-    k1 = min(max(math.floor((1.0 - warmup_fraction) * n) - 1, 0), ends.size - 1)
-    start, end = float(ends[k0]), min(float(ends[k1]), last_send)
-    if not end > start:
-        return float("nan")
-    return float(((ends > start) & (ends <= end)).sum()) / (end - start)
-
-
-def _closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:
-    done = completed_mask(df)
-    finish = np.where(done, _values(df, "finish_s"), np.nan)
-    arr = _finite(_values(df, "arrival_s"))
-    if arr.size == 0 or not done.any():
-        return float("nan")
-    last_send = _last_full_send(arr, np.sort(_finite(finish)))
-    rate = _completion_window_rate(finish, len(df), warmup_fraction, last_send)
-    if "route" not in df.columns:
-        return rate
-    routes = df["route"].astype("string").fillna("").to_numpy()
-    sent = routes != ""
-    names = list(np.unique(routes[sent]))
-    if len(names) < 2:
-        return rate
-    # Each route over the same share of its own requests: the routes' queues may be working on parts
-    # of the trace far apart, and the loop's total counts whichever is ahead. The slowest route, per
-    # unit of its share of the workload, sets the rate at the workload's mix.
-    per_route = []
-    for name in names:
-        mine = routes == name
-        share = float(mine[sent].mean())
-        r = _completion_window_rate(finish[mine], int(mine.sum()), warmup_fraction, last_send)
-        if math.isfinite(r) and share > 0:
-            per_route.append(r / share)
-    return float(min(per_route)) if per_route else rate
 
 
 def latency(df: pd.DataFrame, column: str, stat: str) -> float:

@@ -67,41 +67,49 @@ def saturation_in_flight(cfg: Any, plan: dict[str, Any] | None = None) -> int:
 def saturation_meta(cfg: Any, frame: pd.DataFrame, timeseries: pd.DataFrame, plan: dict[str, Any] | None,
                     in_flight: int) -> dict[str, Any]:
     """What a saturation run reports (summary keys `saturation_*`): the in-flight count, where it came
-    from, each pool's utilisation over the steady window and a starvation warning."""
+    from, each pool's utilisation over the steady window its capacity was read in, and a starvation
+    warning."""
+    from harness.analysis.saturation import closed_loop_capacity
+
     given = cfg.loadgen.get("saturation_in_flight")
     headroom = cfg.loadgen.get("saturation_headroom")
     source = "given" if given is not None else f"planner (Little's law x {headroom or DEFAULT_HEADROOM:g})"
     if given is None and cfg.get("mode") == "url":
         source = f"default for url targets ({URL_DEFAULT_IN_FLIGHT})"
-    arrivals = frame["arrival_s"].to_numpy(dtype=float) if "arrival_s" in frame.columns else np.array([])
-    arrivals = arrivals[np.isfinite(arrivals)]
-    start = end = math.nan
-    if arrivals.size:
-        first, last = float(arrivals.min()), float(arrivals.max())
-        warmup = float(cfg.analysis.get("warmup_fraction", 0.0) or 0.0)
-        start, end = first + warmup * (last - first), last
-    meta = {"in_flight": in_flight, "in_flight_source": source}
-    meta.update({k.removeprefix("saturation_"): v for k, v in starvation(timeseries, plan, start, end).items()})
+    warmup = float(cfg.analysis.get("warmup_fraction", 0.0) or 0.0)
+    capacity = closed_loop_capacity(frame, warmup)
+    # Each prefill pool over its route's window (the one its count came from), decode over the loop's.
+    windows = {"pd_p": capacity.window("local"), "prfaas": capacity.window("prfaas"), "pd_d": capacity.window()}
+    meta: dict[str, Any] = {"in_flight": in_flight, "in_flight_source": source,
+                            "window_start_s": capacity.start_s, "window_end_s": capacity.end_s}
+    slowest = capacity.slowest()
+    if slowest is not None:  # the route that set the rate, and how its completions were counted
+        meta["route"] = slowest.route
+        meta["counted_in"] = "mean requests" if slowest.mean_requests else "completions"
+    meta.update({k.removeprefix("saturation_"): v for k, v in starvation(timeseries, plan, windows).items()})
     return meta
 
 
-def starvation(timeseries: pd.DataFrame, plan: dict[str, Any] | None, start_s: float, end_s: float) -> dict[str, Any]:
-    """Each pool's mean utilisation in [start_s, end_s] and a warning naming every pool the planner
-    expects to be a bottleneck (utilisation >= 0.95 at Lambda_max) that was less than 90% busy."""
+def starvation(timeseries: pd.DataFrame, plan: dict[str, Any] | None,
+               windows: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Each pool's mean utilisation over its window (pool -> (start_s, end_s); the whole run when a
+    window is missing or empty) and a warning naming every pool the planner expects to be a
+    bottleneck (utilisation >= 0.95 at Lambda_max) that was less than 90% busy."""
     out: dict[str, Any] = {}
     if timeseries is None or timeseries.empty or "t_s" not in timeseries.columns:
         return out
     t = timeseries["t_s"].to_numpy(dtype=float)
-    win = timeseries[(t >= start_s) & (t < end_s)] if end_s > start_s else timeseries
     expected = (plan or {}).get("utilisation") or {}
     bottlenecks: list[tuple[str, float]] = []
     for pool, column in _POOLS.items():
-        if column not in win.columns:
+        if column not in timeseries.columns:
             continue
         planned = expected.get(pool)
         if plan is not None and planned is None:  # the pool gets no traffic (or does not exist)
             out[f"saturation_util_{pool}"] = math.nan
             continue
+        start_s, end_s = windows.get(pool, (math.nan, math.nan))
+        win = timeseries[(t >= start_s) & (t < end_s)] if end_s > start_s else timeseries
         values = win[column].to_numpy(dtype=float, na_value=np.nan)
         util = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
         out[f"saturation_util_{pool}"] = util

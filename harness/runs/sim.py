@@ -51,7 +51,7 @@ class RunResult:
 # summary.py, plots.py): a long run's analysis frame holds only these (the file has every column).
 _SUMMARY_READS = ("deployment", "arrival_s", "input_tokens", "output_tokens", "cached_tokens", "cache_hit_tokens",
                   "route", "finish_s", "ttft_s", "tpot_s", "e2e_s", "kv_bytes_sent", "error", "interrupted",
-                  "lateness_s")
+                  "lateness_s", "prefill_instance", "prefill_start_s", "prefill_end_s")  # analysis/saturation.py
 # The columns build_timeseries reads (read first, alone, while the emulator's link log is still held).
 _TIMESERIES_READS = ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_s", "first_token_s", "finish_s",
                      "route", "cache_hit_tokens")

@@ -48,13 +48,16 @@ def test_sessions_chain_in_order():
     assert predecessors(reqs) == {2: 0, 3: 1, 4: 2, 5: 3}
 
 
+_WHOLE = dict.fromkeys(("pd_p", "prfaas", "pd_d"), (0.0, 10.0))
+
+
 def test_starvation_warns_only_when_no_bottleneck_pool_is_busy():
     ts = pd.DataFrame({"t_s": np.arange(10.0), "util_prefill_local": 0.5, "util_prefill_prfaas": 1.0,
                        "util_decode": 0.7})
     plan = {"utilisation": {"pd_p": 1.0, "prfaas": 1.0, "pd_d": 0.8}}
-    assert starvation(ts, plan, 0, 10)["saturation_warning"] == ""
+    assert starvation(ts, plan, _WHOLE)["saturation_warning"] == ""
     ts["util_prefill_prfaas"] = 0.6
-    out = starvation(ts, plan, 0, 10)
+    out = starvation(ts, plan, _WHOLE)
     assert out["saturation_warning"].startswith("starved: pd_p 50% busy, prfaas 60% busy")
     assert out["saturation_util_pd_d"] == pytest.approx(0.7)
 
