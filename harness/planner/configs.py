@@ -68,6 +68,9 @@ def _positive(value: float, key: str) -> float:
 
 def deployment_config(node: Any) -> DeploymentConfig:
     """A PD deployment as the planner reads it, its counts and fixed values checked."""
+    if isinstance(node, Mapping) and node.get("builder"):  # another kind (e.g. aggregated), another schema
+        raise InputError(f"deployment {node.get('name')}: built by {node.get('builder')}, not a PD deployment "
+                         "(no local/prfaas clusters): the planner has nothing to plan")
     dep = typed(DeploymentConfig, node, "deployment")
     local = dep.local
     _at_least(local.instances, 1, "deployment.local.instances")

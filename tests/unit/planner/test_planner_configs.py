@@ -55,6 +55,8 @@ def test_dicts_become_the_schema_dataclasses_with_its_defaults(compose_cfg):
     (link_config, {"capacty_gbps": 10}, r"link\.capacty_gbps: Key 'capacty_gbps' not in 'LinkConfig'"),
     (link_config, None, r"link is missing \(null\)"),
     (deployment_config, ["prfaas_pd"], r"deployment must be a mapping, got list"),
+    (deployment_config, {"name": "aggregated", "builder": "harness.deploy.aggregated.build_aggregated"},
+     r"deployment aggregated: built by harness\.deploy\.aggregated\.build_aggregated, not a PD deployment"),
 ])
 def test_a_wrong_key_or_type_fails_at_the_boundary_in_one_line(convert, node, message):
     with pytest.raises(InputError, match=message) as err:
