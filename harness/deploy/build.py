@@ -9,8 +9,9 @@ analytic model predicted beside what the emulator measured.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from hydra.utils import instantiate
@@ -20,7 +21,7 @@ from harness.clock import Clock
 from harness.deploy.deployment import Deployment
 from harness.deploy.faults import schedule_faults
 from harness.deploy.link import Link
-from harness.deploy.rebalancer import Rebalancer
+from harness.deploy.rebalancer import PlanFn, Rebalancer
 from harness.deploy.router.base import ReplanningRouter
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
@@ -57,13 +58,19 @@ def make_plan(cfg: DictConfig, inputs: SharedInputs | None = None) -> dict[str, 
     return plan.to_dict()
 
 
-def replanner(cfg: DictConfig, deployment: Deployment):
+def _container(node: DictConfig) -> dict[str, Any]:
+    """A resolved plain copy of a mapping node (the composed config's nodes here are all mappings)."""
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
+
+
+def replanner(cfg: DictConfig, deployment: Deployment) -> PlanFn:
     """The planner as the rebalancer calls it: for observed lengths, free or with a fixed config.
 
     While the PrfaaS cluster is unreachable it plans the local cluster alone (more prefill)."""
-    base = OmegaConf.to_container(cfg.deployment, resolve=True)
+    base = _container(cfg.deployment)
 
-    def plan(lengths: np.ndarray, mean_output: float, fixed):
+    def plan(lengths: np.ndarray, mean_output: float, fixed: tuple[int, int, float | None] | None
+             ) -> tuple[float, int, int, float | None]:
         dep = copy.deepcopy(base)
         if not deployment.prfaas_reachable:
             dep["prfaas"] = None
@@ -75,17 +82,18 @@ def replanner(cfg: DictConfig, deployment: Deployment):
         try:
             result = plan_deployment(dep, cfg.model, cfg.link, cfg.planner, lengths, np.ones_like(lengths),
                                      mean_output).to_dict()
-        except InputError:
-            return 0.0, n_p, n_d, t
+        except InputError:  # infeasible: no throughput, and the split stays (a free search has none of its own)
+            stay = fixed if fixed is not None else (len(deployment.prefill["local"]), len(deployment.decode), None)
+            return (0.0, *stay)
         return result["lambda_max_rps"], result["n_prefill"], result["n_decode"], result["threshold_tokens"]
 
     return plan
 
 
-def threshold_for_capacity(cfg: DictConfig, deployment: Deployment):
+def threshold_for_capacity(cfg: DictConfig, deployment: Deployment) -> Callable[[float], float | None]:
     """The planner's threshold for the deployment's current split at a given link capacity."""
-    base = OmegaConf.to_container(cfg.deployment, resolve=True)
-    link = OmegaConf.to_container(cfg.link, resolve=True)
+    base = _container(cfg.deployment)
+    link = _container(cfg.link)
     values, weights = input_length_distribution(cfg.workload)
     mean_out = mean_output_tokens(cfg.workload)
 
@@ -108,7 +116,7 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     if dep.get("builder"):  # a deployment kind with its own builder (e.g. aggregated)
         from hydra.utils import get_method
 
-        return get_method(str(dep.builder))(cfg, clock, mode)
+        return cast(Built, get_method(str(dep.builder))(cfg, clock, mode))
     local = dep.local
     require(local.instances >= 1, f"deployment.local.instances must be >= 1, got {local.instances}")
     # One object for the planner and the emulator: profiles at the planner's SLO, BS_max, decode step.
@@ -119,8 +127,9 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         if needs_plan(dep):
             raise
         plan = None  # a fully specified deployment runs even where the planner finds no optimum
-    n_prefill = local.n_prefill if local.n_prefill is not None else plan["n_prefill"]
-    n_decode = local.n_decode if local.n_decode is not None else plan["n_decode"]
+    chosen = plan or {}  # no plan: the deployment fixes the split itself (needs_plan was False)
+    n_prefill = local.n_prefill if local.n_prefill is not None else chosen["n_prefill"]
+    n_decode = local.n_decode if local.n_decode is not None else chosen["n_decode"]
     require(
         n_prefill + n_decode <= local.instances,
         f"deployment.local: n_prefill + n_decode = {n_prefill + n_decode} exceeds instances = {local.instances}",
@@ -161,12 +170,12 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     if isinstance(router, ReplanningRouter) and prfaas is not None:
         router.set_replanner(threshold_for_capacity(cfg, deployment), float(cfg.link.capacity_gbps))
     # A deployment without a cross-DC path (homogeneous PD) has nothing for these faults to hit.
-    faults = OmegaConf.to_container(cfg.faults, resolve=True)
+    faults = _container(cfg.faults)
     schedule_faults(clock, deployment, faults["link_events"], faults["prfaas_outages"])
     reb = cfg.rebalancer
     if reb.enabled:
-        rebalancer = Rebalancer(clock, deployment, replanner(cfg, deployment), period_s=reb.period_s, window_s=reb.window_s,
-                                switch_delay_s=reb.switch_delay_s, min_gain=reb.min_gain,
+        rebalancer = Rebalancer(clock, deployment, replanner(cfg, deployment), period_s=reb.period_s,
+                                window_s=reb.window_s, switch_delay_s=reb.switch_delay_s, min_gain=reb.min_gain,
                                 min_samples=reb.min_samples)
         deployment.observers.append(rebalancer.observe)
         deployment.rebalancer = rebalancer

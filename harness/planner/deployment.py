@@ -14,21 +14,20 @@ from typing import Any
 import numpy as np
 
 from harness.costmodel import InstanceProfile
-from harness.costmodel.nodes import integer, number, plain
+from harness.costmodel.nodes import number
+from harness.deploy.schema import DeploymentConfig, LocalClusterConfig
 from harness.errors import InputError
+from harness.planner.configs import deployment_config, fixed_threshold, link_config, planner_config
 from harness.planner.distribution import LengthDistribution
 from harness.planner.inputs import SharedInputs, shared_inputs
 from harness.planner.result import Plan
+from harness.planner.schema import PlannerConfig
 from harness.planner.search import Stages, best_index, evaluate
 
 
-def _splits(local: dict[str, Any], n_local: int, has_remote: bool) -> tuple[np.ndarray, np.ndarray]:
+def _splits(local: LocalClusterConfig, has_remote: bool) -> tuple[np.ndarray, np.ndarray]:
     """Candidate (N_p, N_d) pairs allowed by the config."""
-    n_p, n_d = local.get("n_prefill"), local.get("n_decode")
-    if n_p is not None:
-        n_p = integer(local, "n_prefill", "deployment.local", minimum=0)
-    if n_d is not None:
-        n_d = integer(local, "n_decode", "deployment.local", minimum=1)
+    n_local, n_p, n_d = local.instances, local.n_prefill, local.n_decode
     if n_p is not None and n_d is not None:
         if n_p + n_d > n_local:
             raise InputError(f"deployment.local: n_prefill + n_decode = {n_p + n_d} exceeds instances = {n_local}")
@@ -49,22 +48,21 @@ def _splits(local: dict[str, Any], n_local: int, has_remote: bool) -> tuple[np.n
     return arr[:, 0], arr[:, 1]
 
 
-def _thresholds(dep: dict[str, Any], planner: dict[str, Any], has_remote: bool, all_remote: bool
+def _thresholds(dep: DeploymentConfig, planner: PlannerConfig, has_remote: bool, all_remote: bool
                 ) -> tuple[np.ndarray, bool, list[str]]:
     """Candidate thresholds (ascending), whether a threshold applies, and notes."""
     notes: list[str] = []
-    router = dep.get("router") or {}
-    fixed = router.get("threshold_tokens") if isinstance(router, dict) else None
+    fixed = fixed_threshold(dep)
     if not has_remote:
         return np.array([np.inf]), False, notes
     if all_remote:
         if fixed is not None:
-            notes.append(f"router.threshold_tokens={fixed} ignored: no local prefill instance, every prefill is remote")
+            notes.append(f"router.threshold_tokens={dep.router['threshold_tokens']} ignored: no local prefill "
+                         "instance, every prefill is remote")
         return np.array([-np.inf]), False, notes
     if fixed is not None:
-        return np.array([number(router, "threshold_tokens", "deployment.router", minimum=0)]), True, notes
-    step = integer(planner, "grid_step_tokens", "planner", minimum=1)
-    t_max = integer(planner, "t_max_tokens", "planner", minimum=0)
+        return np.array([fixed]), True, notes
+    step, t_max = planner.grid_step_tokens, planner.t_max_tokens
     return np.arange(0, t_max + step, step, dtype=float), True, notes
 
 
@@ -73,19 +71,20 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
                     mean_context_tokens: float | None = None) -> Plan:
     """Plan one deployment for the uncached-length distribution (values, weights) and mean output length.
 
+    The deployment, link and planner nodes may be composed configs, dicts or the schema dataclasses
+    (`DeploymentConfig`, `LinkConfig`, `PlannerConfig`); they become the dataclasses, checked, at
+    the boundary (harness/planner/configs.py). The link is read only with a remote cluster.
     `inputs` (profiles, SLO, service-time mode, decode step) are the ones the emulator runs with when
     it asks; built from the configs otherwise. `mean_context_tokens` is the mean prompt a decode
     sequence holds (default: the mean of `values`); the decode step of Eq. 5 is evaluated at it plus
     half the output, the mean context a sequence reads over its decode.
     """
-    dep = plain(deployment_cfg, "deployment")
-    planner = plain(planner_cfg, "planner")
-    name = str(dep.get("name", "deployment"))
-    local = dep.get("local")
-    if not local:
-        raise InputError(f"deployment {name}: `local` cluster is missing")
-    n_local = integer(local, "instances", "deployment.local", minimum=1)
-    remote_cfg = dep.get("prfaas")
+    dep = deployment_config(deployment_cfg)
+    planner = planner_config(planner_cfg)
+    name = dep.name
+    local = dep.local
+    n_local = local.instances
+    remote_cfg = dep.prfaas
     l_out = number({"mean_output_tokens": mean_output_tokens}, "mean_output_tokens", "workload", minimum=0,
                    exclusive=True)
     if inputs is None:
@@ -94,8 +93,8 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     local_prof, remote_prof = inputs.local, inputs.remote if remote_cfg is not None else None
     n_prfaas, link_gbps = 0, None
     if remote_prof is not None and remote_cfg is not None:
-        n_prfaas = integer(remote_cfg, "instances", "deployment.prfaas", minimum=1)
-        link_gbps = number(plain(link_cfg, "link"), "capacity_gbps", "link", minimum=0, exclusive=True)
+        n_prfaas = remote_cfg.instances
+        link_gbps = link_config(link_cfg).capacity_gbps
     if local_prof.bs_max < 1:
         raise InputError(f"no feasible configuration: a decode instance of {_describe(local_prof)} cannot hold "
                          f"one sequence within the {slo:g} tok/s SLO and its KV memory")
@@ -103,7 +102,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     context = (dist.mean if mean_context_tokens is None else float(mean_context_tokens)) + l_out / 2.0
     t_decode = inputs.t_decode_s(context)
 
-    n_p, n_d = _splits(local, n_local, remote_prof is not None)
+    n_p, n_d = _splits(local, remote_prof is not None)
     all_remote = remote_prof is not None and int(n_p.max()) == 0
     thresholds, applies, notes = _thresholds(dep, planner, remote_prof is not None, all_remote)
     stages = Stages(local=local_prof, remote=remote_prof, n_prfaas=n_prfaas,
@@ -111,7 +110,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
                     t_decode_s=t_decode, bs_max=local_prof.bs_max, mean_output_tokens=l_out)
     grid = evaluate(dist, stages, thresholds, n_p, n_d, service_time)
     try:
-        i, j = best_index(grid, float(planner.get("tie_rel_tol", 1e-9)))
+        i, j = best_index(grid, planner.tie_rel_tol)
     except InputError as err:
         raise InputError(f"deployment {name}: {err}") from err
     return Plan(

@@ -13,12 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.costmodel import InstanceProfile, build_profile
-from harness.costmodel.nodes import integer, number, plain
-from harness.errors import InputError
-from harness.planner.search import SERVICE_TIMES
-
-DEFAULT_SERVICE_TIME = "expected"  # what a queue sees; `representative` is the paper's formula
-DEFAULT_SLO_TOKENS_PER_S = 40.0
+from harness.planner.configs import deployment_config, planner_config
 
 
 @dataclass(frozen=True)
@@ -48,31 +43,19 @@ class SharedInputs:
         return float(self.local.decode_step_s(b, float(b) * context_tokens_per_seq))
 
 
-def service_time_of(planner: dict[str, Any]) -> str:
-    service_time = planner.get("service_time") or DEFAULT_SERVICE_TIME
-    if service_time not in SERVICE_TIMES:
-        raise InputError(f"planner.service_time must be one of {', '.join(SERVICE_TIMES)}, got {service_time!r}")
-    return str(service_time)
-
-
 def shared_inputs(deployment_cfg: Any, model_cfg: Any, planner_cfg: Any) -> SharedInputs:
-    """Build the profiles of both clusters at the planner's SLO, and read the service-time mode."""
-    dep = plain(deployment_cfg, "deployment")
-    planner = plain(planner_cfg, "planner")
-    local = dep.get("local")
-    if not local:
-        raise InputError(f"deployment {dep.get('name', 'deployment')}: `local` cluster is missing")
-    slo = number(planner, "slo_tokens_per_s", "planner", minimum=0, exclusive=True,
-                 default=DEFAULT_SLO_TOKENS_PER_S)
-    gpus_local = integer(local, "gpus_per_instance", "deployment.local", minimum=1)
-    local_prof = build_profile(model_cfg, local.get("hardware"), gpus_per_instance=gpus_local, slo_tokens_per_s=slo)
+    """Build the profiles of both clusters at the planner's SLO, and read the service-time mode.
+
+    The deployment and planner nodes may be composed configs, dicts or the schema dataclasses
+    (harness/planner/configs.py turns them into the dataclasses and checks them)."""
+    dep = deployment_config(deployment_cfg)
+    planner = planner_config(planner_cfg)
+    slo = planner.slo_tokens_per_s
+    local, remote = dep.local, dep.prfaas
+    local_prof = build_profile(model_cfg, local.hardware, gpus_per_instance=local.gpus_per_instance,
+                               slo_tokens_per_s=slo)
     remote_prof = None
-    remote_cfg = dep.get("prfaas")
-    if remote_cfg is not None:
-        gpus_remote = integer(remote_cfg, "gpus_per_instance", "deployment.prfaas", minimum=1)
-        remote_prof = build_profile(model_cfg, remote_cfg.get("hardware"), gpus_per_instance=gpus_remote,
+    if remote is not None:
+        remote_prof = build_profile(model_cfg, remote.hardware, gpus_per_instance=remote.gpus_per_instance,
                                     slo_tokens_per_s=slo)
-    override = None
-    if dep.get("decode_step_s") is not None:
-        override = number(dep, "decode_step_s", "deployment", minimum=0, exclusive=True)
-    return SharedInputs(local_prof, remote_prof, slo, service_time_of(planner), override)
+    return SharedInputs(local_prof, remote_prof, slo, planner.service_time, dep.decode_step_s)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest, ThresholdRouter
 from harness.errors import require
 
+UNSET = "router.threshold_tokens is unset: the deployment builder configures it from the plan before routing"
+
 
 @dataclass
 class PrfaasRouter(ThresholdRouter):
@@ -36,4 +38,7 @@ class PrfaasRouter(ThresholdRouter):
         if not view.has_local_prefill:
             return Route(PRFAAS)
         incremental = request.input_tokens - request.cached_local_tokens
-        return Route(PRFAAS if incremental > self.threshold_tokens else LOCAL)
+        threshold = self.threshold_tokens
+        if threshold is None:
+            raise RuntimeError(UNSET)
+        return Route(PRFAAS if incremental > threshold else LOCAL)

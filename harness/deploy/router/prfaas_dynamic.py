@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, ReplanningRouter, Route, RoutedRequest
-from harness.deploy.router.prfaas import PrfaasRouter
+from harness.deploy.router.prfaas import UNSET, PrfaasRouter
 from harness.errors import require
 
 
@@ -97,7 +97,10 @@ class PrfaasDynamicRouter(PrfaasRouter, ReplanningRouter):
             incremental = request.input_tokens - l_pd
         else:
             incremental = request.input_tokens - max(l_pd, l_prfaas)
-        target = PRFAAS if incremental > self.threshold_tokens else LOCAL
+        threshold = self.threshold_tokens
+        if threshold is None:
+            raise RuntimeError(UNSET)
+        target = PRFAAS if incremental > threshold else LOCAL
         fetch = None
         if self.cache_aware and self.cache_transfer and not scarce and l_pd != l_prfaas:
             holder = PRFAAS if l_prfaas > l_pd else LOCAL

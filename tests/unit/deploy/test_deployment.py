@@ -123,9 +123,9 @@ def test_single_prefill_server_matches_md1_waiting_time(fake_profile):
 
 def test_least_loaded_heap_agrees_with_a_scan(fake_profile):
     """Random arrivals over 6 prefill instances: the heap's pick always has the least backlog."""
-    from harness.deploy.view import LeastLoaded
-    from harness.deploy.prefill import PrefillInstance
     from harness.deploy.job import Job
+    from harness.deploy.prefill import PrefillInstance
+    from harness.deploy.view import LeastLoaded
 
     clock = VirtualClock()
     profile = fake_profile(per_token_s=0.001)

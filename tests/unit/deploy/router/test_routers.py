@@ -8,6 +8,7 @@ from harness.deploy.router.base import LOCAL, PRFAAS, ClusterSnapshot, RoutedReq
 from harness.deploy.router.homogeneous import HomogeneousRouter
 from harness.deploy.router.naive import NaiveRouter
 from harness.deploy.router.prfaas import PrfaasRouter
+from harness.deploy.router.prfaas_dynamic import PrfaasDynamicRouter
 from harness.errors import InputError
 
 VIEW = ClusterSnapshot(has_prfaas=True, has_local_prefill=True, egress_utilisation=0.1, link_capacity_gbps=100.0,
@@ -44,6 +45,15 @@ def test_prfaas_router_takes_the_planned_threshold_only_when_unset():
     fixed.configure(12_345)
     assert unset.threshold_tokens == 12_345
     assert fixed.threshold_tokens == 5000
+
+
+@pytest.mark.parametrize("router", [PrfaasRouter(), PrfaasDynamicRouter()])
+def test_routing_before_a_threshold_is_configured_is_a_clear_error(router):
+    """A threshold left to the planner must be configured before the first request is routed."""
+    with pytest.raises(RuntimeError, match=r"router\.threshold_tokens is unset"):
+        router.route(RoutedRequest(30_000, 0, 0), VIEW)
+    router.configure(20_000)
+    assert router.route(RoutedRequest(30_000, 0, 0), VIEW).cluster == PRFAAS
 
 
 def test_prfaas_router_rejects_a_negative_threshold():
