@@ -53,11 +53,15 @@ class HybridCachePool:
         self.peak_transfer_bytes = 0.0
         self.lookups = self.evictions = 0
         self.lookup_tokens = self.hit_tokens = self.usable_tokens = 0
+        self._forget = False  # see forget_blocks
+        self._miss = Lookup(0, 0, 0, 0, None)  # what a prompt whose first block is absent finds
 
     # -- reading ------------------------------------------------------------------------------
     def lookup(self, hash_ids: Sequence[int], input_tokens: int) -> Lookup:
         """What this pool holds for a prompt; no side effects (counting is `record`'s job)."""
         lru = self._lru
+        if self._forget or not hash_ids or hash_ids[0] not in lru:
+            return self._miss  # (0, min(0, input), ...): the loop below would stop at the first block
         hit = usable = ready = 0
         pending = None
         all_ready = True
@@ -91,16 +95,25 @@ class HybridCachePool:
 
     def insert(self, hash_ids: Sequence[int], input_tokens: int, owner: str) -> int:
         """Enter (or touch) a scheduled prefill's blocks and its state checkpoint; returns evictions."""
+        block_bytes = self.block_bytes
+        if self._forget:  # nothing is held: every block is new, nothing can be evicted (see forget_blocks)
+            self.used_bytes += len(hash_ids) * block_bytes
+            if self.needs_state and min(len(hash_ids), input_tokens // self.block_tokens) >= 1:
+                self.used_bytes += self.state_bytes
+            return 0
         lru = self._lru
-        bounded = self.capacity_bytes != math.inf  # unbounded: no eviction, so recency never matters
-        block_bytes, added = self.block_bytes, 0
-        for h in hash_ids:  # hot path: one pass, no per-block calls
-            if h in lru:
-                if bounded:
+        if self.capacity_bytes == math.inf:  # unbounded: no eviction, so recency never matters
+            new = [h for h in dict.fromkeys(hash_ids) if h not in lru]  # in bulk: no per-block calls
+            lru.update(zip(new, [[owner, False, block_bytes] for _ in new], strict=True))
+            added = len(new)
+        else:
+            added = 0
+            for h in hash_ids:
+                if h in lru:
                     lru.move_to_end(h)
-            else:
-                lru[h] = [owner, False, block_bytes]
-                added += 1
+                else:
+                    lru[h] = [owner, False, block_bytes]
+                    added += 1
         self.used_bytes += added * block_bytes
         key = self._state_key(hash_ids, input_tokens)
         if key is not None:
@@ -117,6 +130,8 @@ class HybridCachePool:
         self.used_bytes += nbytes
 
     def mark_ready(self, hash_ids: Sequence[int], input_tokens: int) -> None:
+        if self._forget:
+            return  # nothing is held
         lru = self._lru
         for h in hash_ids:
             entry = lru.get(h)
@@ -157,11 +172,5 @@ class HybridCachePool:
         same code runs, lookups, counters and `used_bytes` are the same, only `len(pool)` is 0.
         """
         require(self.capacity_bytes == math.inf, "forget_blocks needs an unbounded pool (cache.capacity_tokens=null)")
-        self._lru = _Forgetful()
-
-
-class _Forgetful(OrderedDict):
-    """A mapping that takes every insertion and keeps none (see HybridCachePool.forget_blocks)."""
-
-    def __setitem__(self, key, value) -> None:
-        pass
+        self._lru.clear()
+        self._forget = True  # lookup, insert and mark_ready take their short paths from now on
