@@ -10,8 +10,9 @@ paces sends on the monotonic clock and schedules nothing.
 
 from __future__ import annotations
 
-import heapq
 import itertools
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -59,13 +60,14 @@ class VirtualClock:
         return self._now
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
-        if when < self._now:
-            if not self._now - when <= _ROUNDING * max(1.0, abs(self._now)):
-                raise ValueError(f"VirtualClock.call_at: {when!r} is in the past (now {self._now!r}); "
+        now = self._now
+        if when < now:
+            if not now - when <= _ROUNDING * max(1.0, abs(now)):
+                raise ValueError(f"VirtualClock.call_at: {when!r} is in the past (now {now!r}); "
                                  f"schedule at or after now")
-            when = self._now
+            when = now
         timer = Timer(when, fn)
-        heapq.heappush(self._heap, (when, next(self._seq), timer))
+        _heappush(self._heap, (when, next(self._seq), timer))
         return timer
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
@@ -74,10 +76,19 @@ class VirtualClock:
     def run(self, until: float | None = None) -> None:
         """Run timers in time order until none is left (or the next is after `until`)."""
         heap = self._heap
-        pop = heapq.heappop
+        pop = _heappop
+        if until is None:  # the whole run: no bound to test per timer
+            while heap:
+                when, _, timer = pop(heap)
+                if timer.cancelled:
+                    continue
+                self._now = when
+                self.events_run += 1
+                timer.fn()
+            return
         while heap:
             when, _, timer = heap[0]
-            if until is not None and when > until:
+            if when > until:
                 self._now = until
                 return
             pop(heap)
@@ -86,7 +97,7 @@ class VirtualClock:
             self._now = when
             self.events_run += 1
             timer.fn()
-        if until is not None and until > self._now:
+        if until > self._now:
             self._now = until
 
 
