@@ -134,7 +134,15 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
 
     def _route(self, job: Job) -> None:
         request = job.request
-        local, prfaas = self._lookup(LOCAL, request), self._lookup(PRFAAS, request)
+        local = prfaas = _NO_CACHE  # _lookup of each cluster, inlined
+        if self.prefix_cache and request.hash_ids:
+            pools = self.pools
+            pool = pools.get(LOCAL)
+            if pool is not None:
+                local = pool.lookup(request.hash_ids, request.input_tokens)
+            pool = pools.get(PRFAAS)
+            if pool is not None:
+                prfaas = pool.lookup(request.hash_ids, request.input_tokens)
         route = self.router.route(RoutedRequest(request.input_tokens, local.usable_tokens, prfaas.usable_tokens),
                                   self._view)
         cluster = route.cluster
@@ -164,7 +172,9 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         if look is not _NO_CACHE:
             pool = self.pools[cluster]
             pool.record(look, request.input_tokens)
-            self._note_evictions(pool.insert(request.hash_ids, request.input_tokens, instance.name))
+            evicted = pool.insert(request.hash_ids, request.input_tokens, instance.name)
+            if evicted:
+                self._note_evictions(evicted)
         source = route.fetch_prefix_from
         if source is not None and (local if source == LOCAL else prfaas).ready_tokens > look.usable_tokens:
             self._fetch_then_prefill(job, source, (local if source == LOCAL else prfaas).ready_tokens, instance)

@@ -222,7 +222,11 @@ class Link:
         self._t_last = now
 
     def _update(self) -> None:
-        """Handle an event: advance, apply capacity changes, retire flows, re-share, re-arm."""
+        """Handle an event: advance, apply capacity changes, retire flows, re-share, re-arm.
+
+        One pass retires finished flows and collects the caps of the rest, one more sets their
+        max-min fair rates and finds the next event: one call per event, no per-step methods.
+        """
         now = self._clock.now()
         self._advance(now)
         sched = self._schedule
@@ -231,53 +235,45 @@ class Link:
             self._sched_i += 1
         time_eps = _TIME_ULPS * math.ulp(max(abs(now), 1.0))
         arrive_s = now + self.rtt_s / 2
+        call_at = self._clock.call_at
+        flow_cap = self._flow_cap
         keep: list[Flow] = []
+        caps: list[float] = []
+        next_produce_end = math.inf
         for f in self._flows:
             remaining = f.nbytes - f._sent
             if remaining <= f._eps or remaining <= f._rate * time_eps:
                 f.finish_s = now
                 f._rate = 0.0
-                self._clock.call_at(arrive_s, f._on_done)
-            else:
-                keep.append(f)
-        self._flows = keep
-        self._share(now)
-        self._record(now)
-        self._set_next_event(now)
-
-    def _share(self, now: float) -> None:
-        """Max-min fair rates by water-filling over the flows' caps, O(n log n).
-
-        Also notes the earliest production end, which is a future event.
-        """
-        flows = self._flows
-        capacity = self._capacity_gbps * _BYTES_PER_GBIT
-        flow_cap = self._flow_cap
-        caps: list[float] = []
-        next_produce_end = math.inf
-        for f in flows:
+                call_at(arrive_s, f._on_done)
+                continue
+            keep.append(f)
             if now < f.produce_end_s:
-                caps.append(f._produce_rate if f._produce_rate < flow_cap else flow_cap)
+                produce_rate = f._produce_rate
+                caps.append(produce_rate if produce_rate < flow_cap else flow_cap)
                 if f.produce_end_s < next_produce_end:
                     next_produce_end = f.produce_end_s
             else:
                 caps.append(flow_cap)
+        self._flows = keep
         self._next_produce_end = next_produce_end
-        rates, self._agg = water_fill(capacity, caps)
-        for f, rate in zip(flows, rates, strict=True):
+        rates, self._agg = water_fill(self._capacity_gbps * _BYTES_PER_GBIT, caps)
+        nxt = next_produce_end
+        for f, rate in zip(keep, rates, strict=True):
             f._rate = rate
-
-    def _record(self, now: float) -> None:
-        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)
-
-    def _set_next_event(self, now: float) -> None:
-        nxt = self._next_produce_end
-        for f in self._flows:
-            rate = f._rate
             if rate > 0:
                 t = now + (f.nbytes - f._sent) / rate
                 if t < nxt:
                     nxt = t
+        self._record(now)
+        self._arm(now, nxt)
+
+    def _record(self, now: float) -> None:
+        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)
+
+    def _arm(self, now: float, nxt: float) -> None:
+        """Arm the link's one timer for its next event: the earliest of `nxt` (a flow's end or
+        production end) and the next capacity change."""
         if self._sched_i < len(self._schedule) and self._schedule[self._sched_i][0] < nxt:
             nxt = self._schedule[self._sched_i][0]
         if nxt == math.inf:
@@ -287,4 +283,3 @@ class Link:
             return
         # Never schedule in the past or at now (which would loop without progress).
         self._set_timer(max(nxt, math.nextafter(now, math.inf)))
-
