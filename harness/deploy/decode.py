@@ -135,7 +135,7 @@ class DecodeInstance:
         if when <= now:
             self._join(job)
         else:
-            self.clock.call_at(when, partial(self._join, job))
+            self.clock.fire_at(when, partial(self._join, job))
 
     def _join(self, job: Job) -> None:
         now = self.clock.now()

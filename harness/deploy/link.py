@@ -169,7 +169,7 @@ class Link:
         flow = Flow(self, nbytes, on_done, now, produce_s)
         if nbytes == 0.0:
             flow.finish_s = now
-            self._clock.call_at(now + self.rtt_s / 2, on_done)
+            self._clock.fire_at(now + self.rtt_s / 2, on_done)
             return flow
         self._advance(now)
         self._flows.append(flow)
@@ -235,7 +235,7 @@ class Link:
             self._sched_i += 1
         time_eps = _TIME_ULPS * math.ulp(max(abs(now), 1.0))
         arrive_s = now + self.rtt_s / 2
-        call_at = self._clock.call_at
+        fire_at = self._clock.fire_at
         flow_cap = self._flow_cap
         keep: list[Flow] = []
         caps: list[float] = []
@@ -245,7 +245,7 @@ class Link:
             if remaining <= f._eps or remaining <= f._rate * time_eps:
                 f.finish_s = now
                 f._rate = 0.0
-                call_at(arrive_s, f._on_done)
+                fire_at(arrive_s, f._on_done)
                 continue
             keep.append(f)
             if now < f.produce_end_s:

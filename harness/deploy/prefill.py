@@ -127,7 +127,7 @@ class PrefillInstance:
         for job in batch:
             job.prefill_start_s = now
             on_start(job, duration)
-        self.clock.call_at(now + duration, self._finish)
+        self.clock.fire_at(now + duration, self._finish)
         if len(batch) > 1:
             self._changed()  # a batch pays the fixed cost once: the instance frees up earlier
 

@@ -69,7 +69,7 @@ def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request
         request = next(it, None)
         if request is None or (stop_s is not None and request.arrival_s > stop_s):
             return
-        clock.call_at(request.arrival_s, partial(inject, request))
+        clock.fire_at(request.arrival_s, partial(inject, request))
 
     schedule_next()
 
