@@ -166,9 +166,14 @@ class DecodeInstance:
             self._timer = None
         if not self._ends:
             return
-        end_step = self._ends[0][0]
-        self._dt = self._step_time(end_step - self._step)
-        self._timer = self.clock.call_at(self._step_t + (end_step - self._step) * self._dt, self._complete)
+        steps = self._ends[0][0] - self._step
+        if self._fixed_step_s is not None:  # _step_time, inlined
+            dt = self._fixed_step_s
+        else:
+            n = len(self._ends)
+            dt = self.profile.decode_step_s(n, self._context_tokens + n * (steps - 1) / 2.0)
+        self._dt = dt
+        self._timer = self.clock.call_at(self._step_t + steps * dt, self._complete)
 
     def _complete(self) -> None:
         self._timer = None

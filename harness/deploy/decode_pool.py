@@ -43,10 +43,12 @@ class DecodePool(DeploymentState):
             if capacity is None:
                 return True
             free += capacity - d.kv_bytes_used
-        return self.landed_bytes + decode[0].kv_need(job) <= free
+        need = job.decode_kv_bytes  # kv_need, cached on the job once computed
+        return self.landed_bytes + (decode[0].kv_need(job) if need is None else need) <= free
 
     def _land(self, job: Job) -> None:
-        self.landed_bytes += self.decode[0].kv_need(job) if self.decode else 0.0
+        need = job.decode_kv_bytes
+        self.landed_bytes += (self.decode[0].kv_need(job) if need is None else need) if self.decode else 0.0
         self.waiting.append(job)
 
     def _prefill_of(self, job: Job, hold: bool) -> None:
@@ -71,7 +73,9 @@ class DecodePool(DeploymentState):
                     return
                 best = min(candidates, key=_reserved)
             waiting.popleft()
-            self.landed_bytes = max(0.0, self.landed_bytes - best.kv_need(job))
+            need = job.decode_kv_bytes
+            landed = self.landed_bytes - (best.kv_need(job) if need is None else need)
+            self.landed_bytes = landed if landed > 0.0 else 0.0  # max(0.0, landed)
             best.admit(job)
 
     def _on_first_token(self, job: Job) -> None:
@@ -80,7 +84,8 @@ class DecodePool(DeploymentState):
 
     def _on_decode_done(self, job: Job) -> None:
         self._finish(job)
-        self._check_draining()
+        if self.draining:
+            self._check_draining()
         self._dispatch()
 
     def tokens_done(self, job: Job) -> int:

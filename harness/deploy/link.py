@@ -163,8 +163,10 @@ class Link:
     def transfer(self, nbytes: float, on_done: Callable[[], None], *,
                  produce_s: float = 0.0) -> Flow:
         """Start sending `nbytes` now; `on_done()` runs when they have arrived."""
-        nbytes = _number("transfer.nbytes", nbytes)
-        produce_s = _number("transfer.produce_s", produce_s)
+        if not (type(nbytes) is float and 0.0 <= nbytes < math.inf):  # a finite float >= 0 is valid as is
+            nbytes = _number("transfer.nbytes", nbytes)
+        if not (type(produce_s) is float and 0.0 <= produce_s < math.inf):
+            produce_s = _number("transfer.produce_s", produce_s)
         now = self._clock.now()
         flow = Flow(self, nbytes, on_done, now, produce_s)
         if nbytes == 0.0:

@@ -74,7 +74,8 @@ class KvTransfers(DeploymentState):
             return
         if not job.transfer_pending:
             self._kv_ready(job)
-        self._check_draining()
+        if self.draining:
+            self._check_draining()
 
     def _on_transfer_done(self, job: Job) -> None:
         if job.abandoned:
