@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest, ThresholdRouter
+from harness.deploy.router.base import ROUTE_LOCAL, ROUTE_PRFAAS, ClusterView, Route, RoutedRequest, ThresholdRouter
 from harness.errors import require
 
 
@@ -32,8 +32,8 @@ class PrfaasRouter(ThresholdRouter):
 
     def route(self, request: RoutedRequest, view: ClusterView) -> Route:
         if not view.has_prfaas:
-            return Route(LOCAL)
+            return ROUTE_LOCAL
         if not view.has_local_prefill:
-            return Route(PRFAAS)
+            return ROUTE_PRFAAS
         incremental = request.input_tokens - request.cached_local_tokens
-        return Route(PRFAAS if incremental > self.threshold_tokens else LOCAL)
+        return ROUTE_PRFAAS if incremental > self.threshold_tokens else ROUTE_LOCAL
