@@ -146,6 +146,8 @@ class HybridCachePool:
         """Hold transfer-cache blocks for a KV transfer; evicts prefix blocks if the pool is full."""
         self.transfer_bytes += nbytes
         self.peak_transfer_bytes = max(self.peak_transfer_bytes, self.transfer_bytes)
+        if self.capacity_bytes == math.inf:
+            return 0  # an unbounded pool evicts nothing
         before = self.evictions
         self._evict()
         return self.evictions - before

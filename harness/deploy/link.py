@@ -230,7 +230,10 @@ class Link:
         max-min fair rates and finds the next event: one call per event, no per-step methods.
         """
         now = self._clock.now()
-        self._advance(now)
+        dt = now - self._t_last  # _advance, folded into the pass over the flows below
+        if dt > 0:
+            self._bytes_base += self._agg * dt
+            self._t_last = now
         sched = self._schedule
         while self._sched_i < len(sched) and sched[self._sched_i][0] <= now:
             self._capacity_gbps = sched[self._sched_i][1]
@@ -243,6 +246,8 @@ class Link:
         caps: list[float] = []
         next_produce_end = math.inf
         for f in self._flows:
+            if dt > 0:
+                f._sent += f._rate * dt
             remaining = f.nbytes - f._sent
             if remaining <= f._eps or remaining <= f._rate * time_eps:
                 f.finish_s = now
@@ -267,7 +272,7 @@ class Link:
                 t = now + (f.nbytes - f._sent) / rate
                 if t < nxt:
                     nxt = t
-        self._record(now)
+        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)  # _record
         self._arm(now, nxt)
 
     def _record(self, now: float) -> None:
