@@ -12,9 +12,9 @@ paces sends on the monotonic clock and schedules nothing.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import dataclasses
 import gc
 import math
 from collections.abc import Sequence
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
