@@ -185,6 +185,7 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         """Earliest finish: the instance computing the matched prefix (it skips the pending part too)
         unless the least-loaded one, skipping only the computed part, would finish sooner."""
         least = self.least_loaded[cluster].least_loaded()
+        assert least is not None  # _route checked that the cluster has prefill instances
         if look.pending_owner is not None:
             for instance in self.prefill[cluster]:
                 if instance.name == look.pending_owner:

@@ -35,5 +35,8 @@ class PrfaasRouter(ThresholdRouter):
             return ROUTE_LOCAL
         if not view.has_local_prefill:
             return ROUTE_PRFAAS
+        threshold = self.threshold_tokens
+        if threshold is None:
+            raise ValueError("PrfaasRouter.route: no threshold (set router.threshold_tokens or call configure)")
         incremental = request.input_tokens - request.cached_local_tokens
-        return ROUTE_PRFAAS if incremental > self.threshold_tokens else ROUTE_LOCAL
+        return ROUTE_PRFAAS if incremental > threshold else ROUTE_LOCAL
