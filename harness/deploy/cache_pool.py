@@ -93,8 +93,11 @@ class HybridCachePool:
         complete = min(len(hash_ids), input_tokens // self.block_tokens)
         return ("s", hash_ids[complete - 1]) if self.needs_state and complete >= 1 else None
 
-    def insert(self, hash_ids: Sequence[int], input_tokens: int, owner: str) -> int:
-        """Enter (or touch) a scheduled prefill's blocks and its state checkpoint; returns evictions."""
+    def insert(self, hash_ids: Sequence[int], input_tokens: int, owner: str, present: int = 0) -> int:
+        """Enter (or touch) a scheduled prefill's blocks and its state checkpoint; returns evictions.
+
+        `present`: how many leading blocks a `lookup` just found in the pool (its `hit_blocks`, with no
+        insert since); an unbounded pool, which has no recency to touch, skips them."""
         block_bytes = self.block_bytes
         if self._forget:  # nothing is held: every block is new, nothing can be evicted (see forget_blocks)
             self.used_bytes += len(hash_ids) * block_bytes
@@ -103,7 +106,8 @@ class HybridCachePool:
             return 0
         lru = self._lru
         if self.capacity_bytes == math.inf:  # unbounded: no eviction, so recency never matters
-            new = [h for h in dict.fromkeys(hash_ids) if h not in lru]  # in bulk: no per-block calls
+            tail = hash_ids[present:] if present else hash_ids
+            new = [h for h in dict.fromkeys(tail) if h not in lru]  # in bulk: no per-block calls
             lru.update(zip(new, [[owner, False, block_bytes] for _ in new], strict=True))
             added = len(new)
         else:

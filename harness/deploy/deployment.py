@@ -172,7 +172,7 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         if look is not _NO_CACHE:
             pool = self.pools[cluster]
             pool.record(look, request.input_tokens)
-            evicted = pool.insert(request.hash_ids, request.input_tokens, instance.name)
+            evicted = pool.insert(request.hash_ids, request.input_tokens, instance.name, look.hit_blocks)
             if evicted:
                 self._note_evictions(evicted)
         source = route.fetch_prefix_from
