@@ -121,10 +121,13 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     bar = tqdm(total=len(requests), desc=f"sim {deployment.name}", unit="req", leave=False,
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
+    show = not bar.disable  # a disabled bar's update is still a call per record
+
     def on_record(record: dict) -> None:
         nonlocal recorded
         recorded += 1
-        bar.update(1)
+        if show:
+            bar.update(1)
         stream.add(record)
 
     deployment.on_record = on_record
