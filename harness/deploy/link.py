@@ -244,9 +244,11 @@ class Link:
         flow_cap = self._flow_cap
         keep: list[Flow] = []
         caps: list[float] = []
+        keep_flow, add_cap = keep.append, caps.append  # bound once: hundreds of flows at scale
+        advance = dt > 0
         next_produce_end = math.inf
         for f in self._flows:
-            if dt > 0:
+            if advance:
                 f._sent += f._rate * dt
             remaining = f.nbytes - f._sent
             if remaining <= f._eps or remaining <= f._rate * time_eps:
@@ -254,14 +256,15 @@ class Link:
                 f._rate = 0.0
                 fire_at(arrive_s, f._on_done)
                 continue
-            keep.append(f)
-            if now < f.produce_end_s:
+            keep_flow(f)
+            produce_end = f.produce_end_s
+            if now < produce_end:
                 produce_rate = f._produce_rate
-                caps.append(produce_rate if produce_rate < flow_cap else flow_cap)
-                if f.produce_end_s < next_produce_end:
-                    next_produce_end = f.produce_end_s
+                add_cap(produce_rate if produce_rate < flow_cap else flow_cap)
+                if produce_end < next_produce_end:
+                    next_produce_end = produce_end
             else:
-                caps.append(flow_cap)
+                add_cap(flow_cap)
         self._flows = keep
         self._next_produce_end = next_produce_end
         rates, self._agg = water_fill(self._capacity_gbps * _BYTES_PER_GBIT, caps)
