@@ -60,8 +60,8 @@ class HybridCachePool:
     def lookup(self, hash_ids: Sequence[int], input_tokens: int) -> Lookup:
         """What this pool holds for a prompt; no side effects (counting is `record`'s job)."""
         lru = self._lru
-        if self._forget or not hash_ids or hash_ids[0] not in lru:
-            return self._miss  # (0, min(0, input), ...): the loop below would stop at the first block
+        if input_tokens >= 0 and (self._forget or len(hash_ids) == 0 or hash_ids[0] not in lru):
+            return self._miss  # what the loop below answers when it stops at the first block
         hit = usable = ready = 0
         pending = None
         all_ready = True
