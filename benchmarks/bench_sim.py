@@ -5,8 +5,11 @@
 Anchors (issue 4): at least 500x real time and under 500 MB peak RSS on a 2-core machine for
 >= 10,000 requests with 1024 output tokens each. Prints one line per deployment, each with its
 events/s beside a bare `heapq` push+pop loop timed in the same process just before it (issue 17's
-ratio: an event is a clock callback fired, `meta["sim_events"]`). `--profile N` prints the top N
-functions of a cProfile of the first deployment's run, by own time.
+ratio: an event is a clock callback fired, `meta["sim_events"]`). The same ratio is also given per CPU
+second (process time of the run and of the heap loop: steadier on a shared machine), for the whole
+`run_sim` (workload, emulator, records, time series) and for its event loop alone (`VirtualClock.run`,
+which also streams the workload in). `--repeats R` runs each deployment R times and prints medians.
+`--profile N` prints the top N functions of a cProfile of the first deployment's run, by own time.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import itertools
 import pstats
 import random
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,16 +31,18 @@ from hydra import compose, initialize_config_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's harness, not an installed one
 
+from harness import clock as clock_module
 from harness.schema import register_configs
 from harness.sim import run_sim
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-def heap_loop_per_s(n: int = 500_000, live: int = 1_000) -> float:
+def heap_loop_per_s(n: int = 500_000, live: int = 1_000, timer=time.perf_counter) -> float:
     """Events per second of a bare event loop: pop the earliest (time, seq, callback) from a heapq
     holding `live` entries and call it; each callback pushes one new entry. That is the least an
-    event of the emulator's clock can cost in Python (no clock object, no bookkeeping)."""
+    event of the emulator's clock can cost in Python (no clock object, no bookkeeping). `timer`:
+    wall (perf_counter) or CPU (process_time) seconds."""
     rng = random.Random(0)
     push, pop = heapq.heappush, heapq.heappop
     heap: list = []
@@ -48,11 +54,24 @@ def heap_loop_per_s(n: int = 500_000, live: int = 1_000) -> float:
 
     for _ in range(live):
         callback()
-    t0 = time.perf_counter()
+    t0 = timer()
     for _ in range(n):
         now, _, fn = pop(heap)
         fn()
-    return n / (time.perf_counter() - t0)
+    return n / (timer() - t0)
+
+
+class _TimedClock(clock_module.VirtualClock):
+    """The virtual clock, noting the CPU seconds its event loop took (the emulator core alone)."""
+
+    last_cpu_s = 0.0
+
+    def run(self, until: float | None = None) -> None:
+        c0 = time.process_time()
+        try:
+            super().run(until)
+        finally:
+            _TimedClock.last_cpu_s = time.process_time() - c0
 
 
 def main() -> None:
@@ -61,6 +80,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=3.0, help="offered load, req/s")
     parser.add_argument("--deployments", default="prfaas_pd,homogeneous_pd,naive_hetero")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions by own time")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per deployment (medians printed)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     register_configs()
@@ -71,26 +91,42 @@ def main() -> None:
             cfg = compose("config", overrides=[f"deployment={name}", f"workload.num_requests={args.requests}",
                                                f"loadgen.rate_rps={args.rate}", "loadgen.progress=false",
                                                *args.overrides])
-        heap_rate = heap_loop_per_s()
-        profiler = cProfile.Profile() if args.profile and k == 0 else None
-        t0 = time.perf_counter()
-        if profiler is not None:
-            profiler.enable()
-        result = run_sim(cfg)
-        if profiler is not None:
-            profiler.disable()
-        wall = time.perf_counter() - t0
-        sim_s = float(result.requests["finish_s"].max())
+        rows = []
+        for r in range(args.repeats):
+            heap_rate = heap_loop_per_s()
+            heap_cpu_rate = heap_loop_per_s(timer=time.process_time)
+            profiler = cProfile.Profile() if args.profile and k == 0 and r == 0 else None
+            sim_module = sys.modules["harness.runs.sim"]
+            sim_module.VirtualClock = _TimedClock  # time the event loop
+            t0, c0 = time.perf_counter(), time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            try:
+                result = run_sim(cfg)
+            finally:
+                sim_module.VirtualClock = clock_module.VirtualClock
+            if profiler is not None:
+                profiler.disable()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            events = result.meta["sim_events"]
+            sim_s = float(result.requests["finish_s"].max())
+            rows.append({"wall": wall, "speed": sim_s / wall, "rate": events / wall, "heap": heap_rate,
+                         "ratio": events / wall / heap_rate, "heap_cpu": heap_cpu_rate,
+                         "ratio_cpu": events / cpu / heap_cpu_rate,
+                         "ratio_loop_cpu": events / _TimedClock.last_cpu_s / heap_cpu_rate})
+            if profiler is not None:
+                out = io.StringIO()
+                pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.profile)
+                print(out.getvalue())
+        med = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        rate = result.meta["sim_events"] / wall
-        print(f"{name:15s} requests={len(result.requests):6d} simulated={sim_s:9.1f}s wall={wall:6.2f}s "
-              f"speed={sim_s / wall:8.0f}x events={result.meta['sim_events']} "
-              f"events/s={rate:9.0f} heap_loop/s={heap_rate:9.0f} ratio={rate / heap_rate:5.3f} "
-              f"peak_rss={rss_mb:6.0f}MB{' (profiled: slower)' if profiler is not None else ''}", flush=True)
-        if profiler is not None:
-            out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.profile)
-            print(out.getvalue())
+        print(f"{name:15s} requests={len(result.requests):6d} simulated={sim_s:9.1f}s wall={med['wall']:6.2f}s "
+              f"speed={med['speed']:8.0f}x events={events} "
+              f"events/s={med['rate']:9.0f} heap_loop/s={med['heap']:9.0f} ratio={med['ratio']:5.3f} "
+              f"per CPU s: ratio={med['ratio_cpu']:5.3f} event loop alone={med['ratio_loop_cpu']:5.3f} "
+              f"(heap loop {med['heap_cpu']:9.0f}/CPU s) peak_rss={rss_mb:6.0f}MB"
+              f"{f' (medians of {args.repeats})' if args.repeats > 1 else ''}"
+              f"{' (first run profiled: slower)' if args.profile and k == 0 else ''}", flush=True)
 
 
 if __name__ == "__main__":

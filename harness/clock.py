@@ -1,6 +1,7 @@
 """The emulator's notion of time: one protocol, two clocks.
 
-Deployment code only ever calls `clock.now()` and `clock.call_at(t, fn)`. In sim mode a
+Deployment code only ever calls `clock.now()`, `clock.call_at(t, fn)` (a `Timer` it may cancel)
+and `clock.fire_at(t, fn)` (a callback never cancelled: no handle to make). In sim mode a
 `VirtualClock` runs those callbacks from a heap as fast as the CPU allows; in live mode
 `harness.live.clock.ScheduledLoopClock` (built on `WallClock` here) runs them on the asyncio
 loop's wall clock, scaled. Times are seconds as floats. `Clock` is the harness's one clock
@@ -10,9 +11,10 @@ paces sends on the monotonic clock and schedules nothing.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Callable
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ class Clock(Protocol):
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer: ...
 
+    def fire_at(self, when: float, fn: Callable[[], None]) -> None: ...
+
 
 _ROUNDING = 1e-9  # relative: a time this close behind `now` is float rounding of `now`, not the past
 
@@ -47,26 +51,39 @@ class VirtualClock:
 
     Scheduling in the past is a bug in the caller (an event would run out of order), so it raises;
     only float rounding (within 1e-9 relative of now) is taken as now.
+
+    The heap holds (when, seq, fn, timer): `timer` is the `Timer` a `call_at` handed out (None for
+    `fire_at`, which makes none), checked for cancellation when the entry surfaces.
     """
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
-        self._heap: list[tuple[float, int, Timer]] = []
+        self._heap: list[tuple[float, int, Callable[[], None], Timer | None]] = []
         self._seq = itertools.count()
         self.events_run = 0
 
     def now(self) -> float:
         return self._now
 
+    def _check(self, when: float) -> float:
+        now = self._now
+        if not now - when <= _ROUNDING * max(1.0, abs(now)):
+            raise ValueError(f"VirtualClock.call_at: {when!r} is in the past (now {now!r}); "
+                             f"schedule at or after now")
+        return now
+
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
         if when < self._now:
-            if not self._now - when <= _ROUNDING * max(1.0, abs(self._now)):
-                raise ValueError(f"VirtualClock.call_at: {when!r} is in the past (now {self._now!r}); "
-                                 f"schedule at or after now")
-            when = self._now
+            when = self._check(when)
         timer = Timer(when, fn)
-        heapq.heappush(self._heap, (when, next(self._seq), timer))
+        _heappush(self._heap, (when, next(self._seq), fn, timer))
         return timer
+
+    def fire_at(self, when: float, fn: Callable[[], None]) -> None:
+        """`call_at` for a callback that is never cancelled: the same order, no `Timer` made."""
+        if when < self._now:
+            when = self._check(when)
+        _heappush(self._heap, (when, next(self._seq), fn, None))
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
         return self.call_at(self._now + delay, fn)
@@ -74,19 +91,28 @@ class VirtualClock:
     def run(self, until: float | None = None) -> None:
         """Run timers in time order until none is left (or the next is after `until`)."""
         heap = self._heap
-        pop = heapq.heappop
+        pop = _heappop
+        if until is None:  # the whole run: no bound to test per timer
+            while heap:
+                when, _, fn, timer = pop(heap)
+                if timer is not None and timer.cancelled:
+                    continue
+                self._now = when
+                self.events_run += 1
+                fn()
+            return
         while heap:
-            when, _, timer = heap[0]
-            if until is not None and when > until:
+            when, _, fn, timer = heap[0]
+            if when > until:
                 self._now = until
                 return
             pop(heap)
-            if timer.cancelled:
+            if timer is not None and timer.cancelled:
                 continue
             self._now = when
             self.events_run += 1
-            timer.fn()
-        if until is not None and until > self._now:
+            fn()
+        if until > self._now:
             self._now = until
 
 

@@ -53,11 +53,15 @@ class HybridCachePool:
         self.peak_transfer_bytes = 0.0
         self.lookups = self.evictions = 0
         self.lookup_tokens = self.hit_tokens = self.usable_tokens = 0
+        self._forget = False  # see forget_blocks
+        self._miss = Lookup(0, 0, 0, 0, None)  # what a prompt whose first block is absent finds
 
     # -- reading ------------------------------------------------------------------------------
     def lookup(self, hash_ids: Sequence[int], input_tokens: int) -> Lookup:
         """What this pool holds for a prompt; no side effects (counting is `record`'s job)."""
         lru = self._lru
+        if input_tokens >= 0 and (self._forget or len(hash_ids) == 0 or hash_ids[0] not in lru):
+            return self._miss  # what the loop below answers when it stops at the first block
         hit = usable = ready = 0
         pending = None
         all_ready = True
@@ -89,18 +93,31 @@ class HybridCachePool:
         complete = min(len(hash_ids), input_tokens // self.block_tokens)
         return ("s", hash_ids[complete - 1]) if self.needs_state and complete >= 1 else None
 
-    def insert(self, hash_ids: Sequence[int], input_tokens: int, owner: str) -> int:
-        """Enter (or touch) a scheduled prefill's blocks and its state checkpoint; returns evictions."""
+    def insert(self, hash_ids: Sequence[int], input_tokens: int, owner: str, present: int = 0) -> int:
+        """Enter (or touch) a scheduled prefill's blocks and its state checkpoint; returns evictions.
+
+        `present`: how many leading blocks a `lookup` just found in the pool (its `hit_blocks`, with no
+        insert since); an unbounded pool, which has no recency to touch, skips them."""
+        block_bytes = self.block_bytes
+        if self._forget:  # nothing is held: every block is new, nothing can be evicted (see forget_blocks)
+            self.used_bytes += len(hash_ids) * block_bytes
+            if self.needs_state and min(len(hash_ids), input_tokens // self.block_tokens) >= 1:
+                self.used_bytes += self.state_bytes
+            return 0
         lru = self._lru
-        bounded = self.capacity_bytes != math.inf  # unbounded: no eviction, so recency never matters
-        block_bytes, added = self.block_bytes, 0
-        for h in hash_ids:  # hot path: one pass, no per-block calls
-            if h in lru:
-                if bounded:
+        if self.capacity_bytes == math.inf:  # unbounded: no eviction, so recency never matters
+            tail = hash_ids[present:] if present else hash_ids
+            new = [h for h in dict.fromkeys(tail) if h not in lru]  # in bulk: no per-block calls
+            lru.update(zip(new, [[owner, False, block_bytes] for _ in new], strict=True))
+            added = len(new)
+        else:
+            added = 0
+            for h in hash_ids:
+                if h in lru:
                     lru.move_to_end(h)
-            else:
-                lru[h] = [owner, False, block_bytes]
-                added += 1
+                else:
+                    lru[h] = [owner, False, block_bytes]
+                    added += 1
         self.used_bytes += added * block_bytes
         key = self._state_key(hash_ids, input_tokens)
         if key is not None:
@@ -117,6 +134,8 @@ class HybridCachePool:
         self.used_bytes += nbytes
 
     def mark_ready(self, hash_ids: Sequence[int], input_tokens: int) -> None:
+        if self._forget:
+            return  # nothing is held
         lru = self._lru
         for h in hash_ids:
             entry = lru.get(h)
@@ -131,6 +150,8 @@ class HybridCachePool:
         """Hold transfer-cache blocks for a KV transfer; evicts prefix blocks if the pool is full."""
         self.transfer_bytes += nbytes
         self.peak_transfer_bytes = max(self.peak_transfer_bytes, self.transfer_bytes)
+        if self.capacity_bytes == math.inf:
+            return 0  # an unbounded pool evicts nothing
         before = self.evictions
         self._evict()
         return self.evictions - before
@@ -157,11 +178,5 @@ class HybridCachePool:
         same code runs, lookups, counters and `used_bytes` are the same, only `len(pool)` is 0.
         """
         require(self.capacity_bytes == math.inf, "forget_blocks needs an unbounded pool (cache.capacity_tokens=null)")
-        self._lru = _Forgetful()
-
-
-class _Forgetful(OrderedDict):
-    """A mapping that takes every insertion and keeps none (see HybridCachePool.forget_blocks)."""
-
-    def __setitem__(self, key, value) -> None:
-        pass
+        self._lru.clear()
+        self._forget = True  # lookup, insert and mark_ready take their short paths from now on

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from functools import partial
 
 from harness.clock import Clock, Timer
 from harness.deploy.job import Job
@@ -70,7 +71,8 @@ class DecodeInstance:
             return False
         if self.kv_capacity_bytes is None:
             return True
-        return self.kv_bytes_used + self.kv_need(job) <= self.kv_capacity_bytes
+        need = job.decode_kv_bytes
+        return self.kv_bytes_used + (self.kv_need(job) if need is None else need) <= self.kv_capacity_bytes
 
     def fits_ever(self, job: Job) -> bool:
         return self.kv_capacity_bytes is None or self.kv_need(job) <= self.kv_capacity_bytes
@@ -125,14 +127,15 @@ class DecodeInstance:
     def admit(self, job: Job) -> None:
         """Reserve a slot now; the request joins at the next step boundary."""
         self.reserved += 1
-        self.kv_bytes_used += self.kv_need(job)
+        need = job.decode_kv_bytes
+        self.kv_bytes_used += self.kv_need(job) if need is None else need
         job.decode_instance = self.name
         now = self.clock.now()
         when = self._next_boundary(now)
         if when <= now:
             self._join(job)
         else:
-            self.clock.call_at(when, lambda: self._join(job))
+            self.clock.fire_at(when, partial(self._join, job))
 
     def _join(self, job: Job) -> None:
         now = self.clock.now()
@@ -154,7 +157,8 @@ class DecodeInstance:
 
     def _release(self, job: Job) -> None:
         self.reserved -= 1
-        self.kv_bytes_used -= self.kv_need(job)
+        need = job.decode_kv_bytes
+        self.kv_bytes_used -= self.kv_need(job) if need is None else need
 
     def _reschedule(self) -> None:
         if self._timer is not None:
@@ -162,24 +166,31 @@ class DecodeInstance:
             self._timer = None
         if not self._ends:
             return
-        end_step = self._ends[0][0]
-        self._dt = self._step_time(end_step - self._step)
-        self._timer = self.clock.call_at(self._step_t + (end_step - self._step) * self._dt, self._complete)
+        steps = self._ends[0][0] - self._step
+        if self._fixed_step_s is not None:  # _step_time, inlined
+            dt = self._fixed_step_s
+        else:
+            n = len(self._ends)
+            dt = self.profile.decode_step_s(n, self._context_tokens + n * (steps - 1) / 2.0)
+        self._dt = dt
+        self._timer = self.clock.call_at(self._step_t + steps * dt, self._complete)
 
     def _complete(self) -> None:
         self._timer = None
         now = self.clock.now()
-        end_step = self._ends[0][0]
+        ends = self._ends
+        end_step = ends[0][0]
         self._advance(end_step - self._step)
         self._step_t = now
-        finished = []
-        while self._ends and self._ends[0][0] <= end_step:
-            finished.append(heapq.heappop(self._ends)[2])
+        finished = [heapq.heappop(ends)[2]]
+        while ends and ends[0][0] <= end_step:
+            finished.append(heapq.heappop(ends)[2])
         for job in finished:
             req = job.request
             self._context_tokens -= req.input_tokens + req.output_tokens
             self._release(job)
         self._reschedule()
+        on_done = self.on_done
         for job in finished:
             job.finish_s = now
-            self.on_done(job)
+            on_done(job)

@@ -8,6 +8,7 @@ requests that can take the head of the line. Mixed into `Deployment`, whose stat
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from harness.deploy.decode import DecodeInstance
@@ -17,8 +18,7 @@ if TYPE_CHECKING:
     from harness.deploy.job import Job
 
 
-def _reserved(instance: DecodeInstance) -> int:
-    return instance.reserved
+_reserved = attrgetter("reserved")  # a decode instance's requests admitted or joining
 
 
 class DecodePool(DeploymentState):
@@ -34,13 +34,21 @@ class DecodePool(DeploymentState):
     # Landing buffer: KV waiting for a decode slot occupies the decode side's free KV memory; when that
     # is full the KV stays where it was computed and its prefill instance starts nothing new.
     def _landing_fits(self, job: Job) -> bool:
-        if not self.decode or any(d.kv_capacity_bytes is None for d in self.decode):
+        decode = self.decode
+        if not decode:
             return True
-        free = sum(d.kv_capacity_bytes - d.kv_bytes_used for d in self.decode)
-        return self.landed_bytes + self.decode[0].kv_need(job) <= free
+        free = 0.0  # summed in the order `sum` did
+        for d in decode:
+            capacity = d.kv_capacity_bytes
+            if capacity is None:
+                return True
+            free += capacity - d.kv_bytes_used
+        need = job.decode_kv_bytes  # kv_need, cached on the job once computed
+        return self.landed_bytes + (decode[0].kv_need(job) if need is None else need) <= free
 
     def _land(self, job: Job) -> None:
-        self.landed_bytes += self.decode[0].kv_need(job) if self.decode else 0.0
+        need = job.decode_kv_bytes
+        self.landed_bytes += (self.decode[0].kv_need(job) if need is None else need) if self.decode else 0.0
         self.waiting.append(job)
 
     def _prefill_of(self, job: Job, hold: bool) -> None:
@@ -55,16 +63,19 @@ class DecodePool(DeploymentState):
             job = self.blocked.popleft()
             self._land(job)
             self._prefill_of(job, hold=False)
-        while self.waiting and self.decode:
-            job = self.waiting[0]
-            best = min(self.decode, key=_reserved)
+        waiting, decode = self.waiting, self.decode
+        while waiting and decode:
+            job = waiting[0]
+            best = min(decode, key=_reserved)
             if not best.can_admit(job):  # the emptiest is full or short of KV memory: look further
-                candidates = [d for d in self.decode if d.can_admit(job)]
+                candidates = [d for d in decode if d.can_admit(job)]
                 if not candidates:
                     return
                 best = min(candidates, key=_reserved)
-            self.waiting.popleft()
-            self.landed_bytes = max(0.0, self.landed_bytes - best.kv_need(job))
+            waiting.popleft()
+            need = job.decode_kv_bytes
+            landed = self.landed_bytes - (best.kv_need(job) if need is None else need)
+            self.landed_bytes = landed if landed > 0.0 else 0.0  # max(0.0, landed)
             best.admit(job)
 
     def _on_first_token(self, job: Job) -> None:
@@ -73,7 +84,8 @@ class DecodePool(DeploymentState):
 
     def _on_decode_done(self, job: Job) -> None:
         self._finish(job)
-        self._check_draining()
+        if self.draining:
+            self._check_draining()
         self._dispatch()
 
     def tokens_done(self, job: Job) -> int:

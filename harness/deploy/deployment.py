@@ -103,6 +103,7 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         self.prfaas_reachable = True
         self.held: list[Job] = []  # waiting for the PrfaaS cluster to come back (no local prefill)
         self._saved_capacity: dict[str, float] = {}
+        self._view = DeploymentView(self)  # lazy: every field is read from the live state, so one serves all
 
     def _new_prefill(self, name: str, cluster: str) -> PrefillInstance:
         instance = PrefillInstance(name, self.clock, self.profiles[cluster], self._on_prefill_start,
@@ -123,7 +124,7 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         return pool.lookup(request.hash_ids, request.input_tokens)
 
     def view(self) -> DeploymentView:
-        return DeploymentView(self)
+        return self._view
 
     def submit(self, request: Request) -> Job:
         job = Job(request)
@@ -133,9 +134,17 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
 
     def _route(self, job: Job) -> None:
         request = job.request
-        looks = {LOCAL: self._lookup(LOCAL, request), PRFAAS: self._lookup(PRFAAS, request)}
-        routed = RoutedRequest(request.input_tokens, looks[LOCAL].usable_tokens, looks[PRFAAS].usable_tokens)
-        route = self.router.route(routed, self.view())
+        local = prfaas = _NO_CACHE  # _lookup of each cluster, inlined
+        if self.prefix_cache and request.hash_ids:
+            pools = self.pools
+            pool = pools.get(LOCAL)
+            if pool is not None:
+                local = pool.lookup(request.hash_ids, request.input_tokens)
+            pool = pools.get(PRFAAS)
+            if pool is not None:
+                prfaas = pool.lookup(request.hash_ids, request.input_tokens)
+        route = self.router.route(RoutedRequest(request.input_tokens, local.usable_tokens, prfaas.usable_tokens),
+                                  self._view)
         cluster = route.cluster
         if cluster == PRFAAS and not self.prfaas_reachable:
             self.held.append(job)  # nowhere else to prefill it: retry when PrfaaS is back
@@ -144,14 +153,17 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         if not instances:
             self._fail(job, f"router chose {cluster!r}, which has no prefill instances")
             return
-        if not any(d.fits_ever(job) for d in self.decode):
+        for decode in self.decode:
+            if decode.fits_ever(job):
+                break
+        else:
             self._fail(job, "KV of input+output exceeds every decode instance's memory")
             return
-        look = looks[cluster]
+        look = local if cluster == LOCAL else prfaas
         job.route = cluster
         job.cached_tokens = look.usable_tokens
         job.cache_hit_tokens = look.hit_tokens
-        job.cached_local_tokens = looks[LOCAL].usable_tokens
+        job.cached_local_tokens = local.usable_tokens
         instance = self._choose_instance(cluster, look, request.input_tokens)
         if look.pending_owner is not None and instance.name != look.pending_owner:
             job.cached_tokens = look.ready_tokens  # elsewhere only the computed part of the prefix helps
@@ -160,10 +172,12 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         if look is not _NO_CACHE:
             pool = self.pools[cluster]
             pool.record(look, request.input_tokens)
-            self._note_evictions(pool.insert(request.hash_ids, request.input_tokens, instance.name))
+            evicted = pool.insert(request.hash_ids, request.input_tokens, instance.name, look.hit_blocks)
+            if evicted:
+                self._note_evictions(evicted)
         source = route.fetch_prefix_from
-        if source is not None and looks[source].ready_tokens > look.usable_tokens:
-            self._fetch_then_prefill(job, source, looks[source].ready_tokens, instance)
+        if source is not None and (local if source == LOCAL else prfaas).ready_tokens > look.usable_tokens:
+            self._fetch_then_prefill(job, source, (local if source == LOCAL else prfaas).ready_tokens, instance)
         else:
             instance.submit(job)
 
@@ -171,6 +185,7 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         """Earliest finish: the instance computing the matched prefix (it skips the pending part too)
         unless the least-loaded one, skipping only the computed part, would finish sooner."""
         least = self.least_loaded[cluster].least_loaded()
+        assert least is not None  # _route checked that the cluster has prefill instances
         if look.pending_owner is not None:
             for instance in self.prefill[cluster]:
                 if instance.name == look.pending_owner:

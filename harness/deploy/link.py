@@ -163,13 +163,15 @@ class Link:
     def transfer(self, nbytes: float, on_done: Callable[[], None], *,
                  produce_s: float = 0.0) -> Flow:
         """Start sending `nbytes` now; `on_done()` runs when they have arrived."""
-        nbytes = _number("transfer.nbytes", nbytes)
-        produce_s = _number("transfer.produce_s", produce_s)
+        if not (type(nbytes) is float and 0.0 <= nbytes < math.inf):  # a finite float >= 0 is valid as is
+            nbytes = _number("transfer.nbytes", nbytes)
+        if not (type(produce_s) is float and 0.0 <= produce_s < math.inf):
+            produce_s = _number("transfer.produce_s", produce_s)
         now = self._clock.now()
         flow = Flow(self, nbytes, on_done, now, produce_s)
         if nbytes == 0.0:
             flow.finish_s = now
-            self._clock.call_at(now + self.rtt_s / 2, on_done)
+            self._clock.fire_at(now + self.rtt_s / 2, on_done)
             return flow
         self._advance(now)
         self._flows.append(flow)
@@ -222,62 +224,66 @@ class Link:
         self._t_last = now
 
     def _update(self) -> None:
-        """Handle an event: advance, apply capacity changes, retire flows, re-share, re-arm."""
+        """Handle an event: advance, apply capacity changes, retire flows, re-share, re-arm.
+
+        One pass retires finished flows and collects the caps of the rest, one more sets their
+        max-min fair rates and finds the next event: one call per event, no per-step methods.
+        """
         now = self._clock.now()
-        self._advance(now)
+        dt = now - self._t_last  # _advance, folded into the pass over the flows below
+        if dt > 0:
+            self._bytes_base += self._agg * dt
+            self._t_last = now
         sched = self._schedule
         while self._sched_i < len(sched) and sched[self._sched_i][0] <= now:
             self._capacity_gbps = sched[self._sched_i][1]
             self._sched_i += 1
         time_eps = _TIME_ULPS * math.ulp(max(abs(now), 1.0))
         arrive_s = now + self.rtt_s / 2
+        fire_at = self._clock.fire_at
+        flow_cap = self._flow_cap
         keep: list[Flow] = []
+        caps: list[float] = []
+        keep_flow, add_cap = keep.append, caps.append  # bound once: hundreds of flows at scale
+        advance = dt > 0
+        next_produce_end = math.inf
         for f in self._flows:
+            if advance:
+                f._sent += f._rate * dt
             remaining = f.nbytes - f._sent
             if remaining <= f._eps or remaining <= f._rate * time_eps:
                 f.finish_s = now
                 f._rate = 0.0
-                self._clock.call_at(arrive_s, f._on_done)
+                fire_at(arrive_s, f._on_done)
+                continue
+            keep_flow(f)
+            produce_end = f.produce_end_s
+            if now < produce_end:
+                produce_rate = f._produce_rate
+                add_cap(produce_rate if produce_rate < flow_cap else flow_cap)
+                if produce_end < next_produce_end:
+                    next_produce_end = produce_end
             else:
-                keep.append(f)
+                add_cap(flow_cap)
         self._flows = keep
-        self._share(now)
-        self._record(now)
-        self._set_next_event(now)
-
-    def _share(self, now: float) -> None:
-        """Max-min fair rates by water-filling over the flows' caps, O(n log n).
-
-        Also notes the earliest production end, which is a future event.
-        """
-        flows = self._flows
-        capacity = self._capacity_gbps * _BYTES_PER_GBIT
-        flow_cap = self._flow_cap
-        caps: list[float] = []
-        next_produce_end = math.inf
-        for f in flows:
-            if now < f.produce_end_s:
-                caps.append(f._produce_rate if f._produce_rate < flow_cap else flow_cap)
-                if f.produce_end_s < next_produce_end:
-                    next_produce_end = f.produce_end_s
-            else:
-                caps.append(flow_cap)
         self._next_produce_end = next_produce_end
-        rates, self._agg = water_fill(capacity, caps)
-        for f, rate in zip(flows, rates, strict=True):
+        rates, self._agg = water_fill(self._capacity_gbps * _BYTES_PER_GBIT, caps)
+        nxt = next_produce_end
+        for f, rate in zip(keep, rates, strict=True):
             f._rate = rate
-
-    def _record(self, now: float) -> None:
-        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)
-
-    def _set_next_event(self, now: float) -> None:
-        nxt = self._next_produce_end
-        for f in self._flows:
-            rate = f._rate
             if rate > 0:
                 t = now + (f.nbytes - f._sent) / rate
                 if t < nxt:
                     nxt = t
+        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)  # _record
+        self._arm(now, nxt)
+
+    def _record(self, now: float) -> None:
+        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)
+
+    def _arm(self, now: float, nxt: float) -> None:
+        """Arm the link's one timer for its next event: the earliest of `nxt` (a flow's end or
+        production end) and the next capacity change."""
         if self._sched_i < len(self._schedule) and self._schedule[self._sched_i][0] < nxt:
             nxt = self._schedule[self._sched_i][0]
         if nxt == math.inf:
@@ -287,4 +293,3 @@ class Link:
             return
         # Never schedule in the past or at now (which would loop without progress).
         self._set_timer(max(nxt, math.nextafter(now, math.inf)))
-

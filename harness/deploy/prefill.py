@@ -61,14 +61,18 @@ class PrefillInstance:
 
     def submit(self, job: Job) -> None:
         job.prefill_instance = self.name
-        job.prefill_s = self.service_s(job)
+        cached = job.cached_tokens
+        job.prefill_s = work = self.profile.prefill_s(job.request.input_tokens - cached, cached)  # service_s
         self.queue.append(job)
-        self._queued_work_s += job.prefill_s
+        self._queued_work_s += work
         if not self.running:
-            if self._busy_until < self.clock.now():
-                self._busy_until = self.clock.now()  # idle until now: work starts now
+            now = self.clock.now()
+            if self._busy_until < now:
+                self._busy_until = now  # idle until now: work starts now
             self._start_next()
-        self._changed()
+        self.version += 1  # _changed, inlined: once per request
+        if self.on_change is not None:
+            self.on_change(self)
 
     def withdraw(self, job: Job) -> bool:
         """Take a queued (not yet running) request back; False if it is not in the queue."""
@@ -102,20 +106,28 @@ class PrefillInstance:
             self._changed()
 
     def _start_next(self) -> None:
-        if not self.queue or self.holds > 0:
+        queue = self.queue
+        if not queue or self.holds > 0:
             return
-        batch = self._take_batch()
         now = self.clock.now()
-        work = sum(job.prefill_s for job in batch)
-        self._queued_work_s = max(0.0, self._queued_work_s - work)
-        duration = work - (len(batch) - 1) * self._base_s
+        if self.max_batch_tokens is None:  # one request a pass (the common case): no batch arithmetic
+            job = queue.popleft()
+            batch = [job]
+            duration = work = job.prefill_s
+        else:
+            batch = self._take_batch()
+            work = sum(job.prefill_s for job in batch)
+            duration = work - (len(batch) - 1) * self._base_s
+        queued = self._queued_work_s - work
+        self._queued_work_s = queued if queued > 0.0 else 0.0
         self.running = batch
         self._busy_until = now + duration
         self.busy_s += duration
+        on_start = self.on_start
         for job in batch:
             job.prefill_start_s = now
-            self.on_start(job, duration)
-        self.clock.call_at(now + duration, self._finish)
+            on_start(job, duration)
+        self.clock.fire_at(now + duration, self._finish)
         if len(batch) > 1:
             self._changed()  # a batch pays the fixed cost once: the instance frees up earlier
 

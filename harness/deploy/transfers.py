@@ -8,6 +8,7 @@ transfer). Mixed into `Deployment` (harness/deploy/deployment.py), whose state i
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from harness.deploy.router.base import PRFAAS
@@ -49,28 +50,32 @@ class KvTransfers(DeploymentState):
         return full - float(profile.kv_bytes(cached_local)) + float(profile.kv_bytes(0))
 
     def _on_prefill_start(self, job: Job, duration_s: float) -> None:
-        profile = self.profiles[job.route]
-        link = self.cross_link if job.route == PRFAAS else self.rdma_link
-        job.kv_bytes = self._kv_to_send(job, profile)
+        route = job.route
+        link = self.cross_link if route == PRFAAS else self.rdma_link
+        job.kv_bytes = kv_bytes = self._kv_to_send(job, self.profiles[route])
         if link is None:
             return
         job.transfer_pending = True
-        pool = self.pools.get(job.route)
+        pool = self.pools.get(route)
         if pool is not None:
-            self._note_evictions(pool.reserve_transfer(job.kv_bytes))
-        job.flows.append(link.transfer(job.kv_bytes, lambda: self._on_transfer_done(job), produce_s=duration_s))
+            evicted = pool.reserve_transfer(kv_bytes)
+            if evicted:
+                self._note_evictions(evicted)
+        job.flows.append(link.transfer(kv_bytes, partial(self._on_transfer_done, job), produce_s=duration_s))
 
     def _on_prefill_done(self, job: Job) -> None:
         job.prefill_pending = False
         pool = self.pools.get(job.route)
-        if pool is not None and self.prefix_cache and job.request.hash_ids:
-            pool.mark_ready(job.request.hash_ids, job.request.input_tokens)  # computed, even if abandoned
+        request = job.request
+        if pool is not None and self.prefix_cache and request.hash_ids:
+            pool.mark_ready(request.hash_ids, request.input_tokens)  # computed, even if abandoned
         if job.abandoned:
             self._check_draining()
             return
         if not job.transfer_pending:
             self._kv_ready(job)
-        self._check_draining()
+        if self.draining:
+            self._check_draining()
 
     def _on_transfer_done(self, job: Job) -> None:
         if job.abandoned:

@@ -29,8 +29,9 @@ class LeastLoaded:
             self.push(instance)
 
     def push(self, instance: PrefillInstance) -> None:
-        heapq.heappush(self._heap, (instance.free_at, next(self._seq), instance.version, instance))
-        if len(self._heap) > 8 * len(self.instances) + 64:
+        heap = self._heap
+        heapq.heappush(heap, (instance.free_at, next(self._seq), instance.version, instance))
+        if len(heap) > 8 * len(self.instances) + 64:
             self._heap = [(i.free_at, next(self._seq), i.version, i) for i in self.instances]
             heapq.heapify(self._heap)
 

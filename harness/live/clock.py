@@ -67,6 +67,10 @@ class ScheduledLoopClock(WallClock):
             self._arm(timer.when)
         return timer
 
+    def fire_at(self, when: float, fn: Callable[[], None]) -> None:
+        """A callback never cancelled (the `Clock` protocol's fast path in sim mode): here a `call_at`."""
+        self.call_at(when, fn)
+
     def _arm(self, when: float) -> None:
         if self._handle is not None:
             self._handle.cancel()

@@ -14,6 +14,7 @@ import gc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -68,7 +69,7 @@ def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request
         request = next(it, None)
         if request is None or (stop_s is not None and request.arrival_s > stop_s):
             return
-        clock.call_at(request.arrival_s, lambda: inject(request))
+        clock.fire_at(request.arrival_s, partial(inject, request))
 
     schedule_next()
 
@@ -120,10 +121,13 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     bar = tqdm(total=len(requests), desc=f"sim {deployment.name}", unit="req", leave=False,
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
+    show = not bar.disable  # a disabled bar's update is still a call per record
+
     def on_record(record: dict) -> None:
         nonlocal recorded
         recorded += 1
-        bar.update(1)
+        if show:
+            bar.update(1)
         stream.add(record)
 
     deployment.on_record = on_record

@@ -17,8 +17,9 @@ LOCAL = "local"
 PRFAAS = "prfaas"
 
 
-@dataclass(frozen=True, slots=True)
-class RoutedRequest:
+class RoutedRequest(NamedTuple):
+    """Immutable (a tuple: made once per request, cheaper than a frozen dataclass)."""
+
     input_tokens: int
     cached_local_tokens: int  # prefix already cached in the local PD cluster (l_pd)
     cached_prfaas_tokens: int  # prefix already cached in the PrfaaS cluster (l_prfaas)
@@ -64,6 +65,11 @@ class ClusterSnapshot:
 class Route(NamedTuple):
     cluster: str
     fetch_prefix_from: str | None = None  # cross-cluster cache transfer before the prefill
+
+
+# The two answers without a fetch, made once (a Route is immutable): routers return these.
+ROUTE_LOCAL = Route(LOCAL)
+ROUTE_PRFAAS = Route(PRFAAS)
 
 
 class Router(Protocol):

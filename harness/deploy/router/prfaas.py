@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.deploy.router.base import LOCAL, PRFAAS, ClusterView, Route, RoutedRequest, ThresholdRouter
+from harness.deploy.router.base import ROUTE_LOCAL, ROUTE_PRFAAS, ClusterView, Route, RoutedRequest, ThresholdRouter
 from harness.errors import require
 
 UNSET = "router.threshold_tokens is unset: the deployment builder configures it from the plan before routing"
@@ -34,11 +34,11 @@ class PrfaasRouter(ThresholdRouter):
 
     def route(self, request: RoutedRequest, view: ClusterView) -> Route:
         if not view.has_prfaas:
-            return Route(LOCAL)
+            return ROUTE_LOCAL
         if not view.has_local_prefill:
-            return Route(PRFAAS)
-        incremental = request.input_tokens - request.cached_local_tokens
+            return ROUTE_PRFAAS
         threshold = self.threshold_tokens
         if threshold is None:
             raise RuntimeError(UNSET)
-        return Route(PRFAAS if incremental > threshold else LOCAL)
+        incremental = request.input_tokens - request.cached_local_tokens
+        return ROUTE_PRFAAS if incremental > threshold else ROUTE_LOCAL

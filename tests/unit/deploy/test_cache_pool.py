@@ -93,3 +93,29 @@ def test_linear_states_take_pool_space():
     assert pool.evictions == 0 and pool.used_bytes == pytest.approx(4 * BT)
     _ready(pool, [3], 4)
     assert pool.evictions >= 1
+
+
+def test_insert_skipping_the_blocks_a_lookup_found_leaves_the_same_pool():
+    """`present` (the lookup's hit_blocks) only saves work: an unbounded pool ends the same either way,
+    blocks new to it entered once, owned by the inserting instance and not ready."""
+    skip, full = _pool(state_bytes=2.0), _pool(state_bytes=2.0)
+    for pool in (skip, full):
+        _ready(pool, [1, 2, 3], 12, owner="a")
+    ids = [1, 2, 3, 4, 5, 4]  # a repeated new block counts once
+    look = skip.lookup(ids, 24)
+    assert look.hit_blocks == 3
+    assert skip.insert(ids, 24, "b", present=look.hit_blocks) == full.insert(ids, 24, "b") == 0
+    assert skip.used_bytes == full.used_bytes == 3 * BT + 2.0 + 2 * BT + 2.0
+    assert len(skip) == len(full)
+    after = skip.lookup([1, 2, 3, 4, 5], 20)
+    assert after == full.lookup([1, 2, 3, 4, 5], 20)
+    assert after.hit_blocks == 5 and after.pending_owner == "b" and after.ready_tokens == 3 * BT
+
+
+def test_forgetful_pool_finds_nothing_and_still_counts_bytes():
+    pool = _pool(state_bytes=2.0)
+    pool.forget_blocks()
+    assert pool.insert([1, 2, 3], 12, "a") == 0
+    pool.mark_ready([1, 2, 3], 12)
+    assert pool.used_bytes == 3 * BT + 2.0 and len(pool) == 0
+    assert pool.lookup([1, 2, 3], 12).hit_blocks == 0
