@@ -237,11 +237,14 @@ def write_run(run_dir: str | os.PathLike[str],
         requests_df if requests_written and isinstance(requests_df, pd.DataFrame) else requests_frame(requests_df)
     ts = timeseries_frame(timeseries_df if timeseries_df is not None else [])
     summary = summarize(req, ts, meta, analysis_cfg)
+    vllm = vllm_names(summary, req, percentiles_of(analysis_cfg))
+    if isinstance(req, ParquetColumns):
+        req.release()  # its columns are read; the files below need none of them
     if not requests_written:
         write_parquet(req, run_dir / "requests.parquet")
     write_parquet(ts, run_dir / "timeseries.parquet")
     write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
-    write_json({**summary, **vllm_names(summary, req, percentiles_of(analysis_cfg))}, run_dir / "summary.json")
+    write_json({**summary, **vllm}, run_dir / "summary.json")
     if bool(cfg_value(analysis_cfg, "figures")):
         from harness.analysis.plots import (
             write_run_figures,  # matplotlib only when figures are wanted

@@ -168,7 +168,7 @@ class RecordStream:
 
 # Rows per row group of a file merged from parts: a fixed size, so the file's bytes do not depend on
 # where the parts happened to be cut (a wall-clock flush), and the merge holds at most one group.
-ROW_GROUP_ROWS = 65_536
+ROW_GROUP_ROWS = 16_384
 
 
 def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool:
