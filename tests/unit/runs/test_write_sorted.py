@@ -63,7 +63,7 @@ def test_parts_that_disagree_on_types_fall_back(tmp_path):
 
 def test_a_key_repeated_across_parts_falls_back(tmp_path):
     """The repeat is caught while merging (no pass holds every key): nothing is left behind."""
-    ids = list(range(60)) + [7] + list(range(60, 90))
+    ids = [*range(60), 7, *range(60, 90)]
     stream = _stream_rows(tmp_path / "requests.parquet", ids, every=11)
     assert len(stream.parts()) > 3
     assert not stream.write_sorted()
