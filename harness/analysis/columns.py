@@ -25,7 +25,7 @@ T = TypeVar("T")
 class ParquetColumns:
     """The columns of one Parquet file, each read when first asked for; the last `keep` stay cached."""
 
-    def __init__(self, path: Path | str, keep: int = 3) -> None:
+    def __init__(self, path: Path | str, keep: int = 2) -> None:
         self.path = Path(path)
         self._file = pq.ParquetFile(self.path)
         self._names = [n for n in self._file.schema_arrow.names if not n.startswith("__index_level_")]

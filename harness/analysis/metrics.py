@@ -5,6 +5,10 @@ except a request still in flight when a live/url run was stopped (`interrupted`)
 `n_requests` and `interrupted`, never in `failed` nor SLO attainment (the target did not fail it).
 Failed requests count in `n_requests`, `failed` and against SLO attainment, never in latency
 statistics. Percentiles use numpy's linear interpolation (the convention of `vllm bench serve`).
+
+The per-request frame may be a `ParquetColumns` (a long run's requests.parquet read a column at a
+time): every function here reads columns by name, and the masks they share are computed once per
+file (`memo`). The vLLM-named statistics and the per-chunk metrics are in vllm_metrics.py.
 """
 
 from __future__ import annotations
