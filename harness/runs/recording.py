@@ -187,7 +187,7 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
     for part in parts:
         if not pq.read_schema(part).equals(schema, check_metadata=False):
             return False
-        keys = pq.read_table(part, columns=[key], use_threads=False).column(key)
+        keys = pq.ParquetFile(part).read(columns=[key], use_threads=False).column(key)
         if keys.null_count:
             return False
         low = pc.min(keys).as_py()
@@ -203,7 +203,7 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
             pending = None
             out: pa.Table | None = None  # sorted rows not yet written (less than one row group)
             for i, part in enumerate(parts):
-                table = pq.read_table(part, use_threads=False).replace_schema_metadata(schema.metadata)
+                table = pq.ParquetFile(part).read(use_threads=False).replace_schema_metadata(schema.metadata)
                 pending = table if pending is None else pa.concat_tables([pending, table])
                 bound = later_min[i + 1]
                 if math.isfinite(bound):
