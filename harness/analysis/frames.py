@@ -92,7 +92,7 @@ _INT_DEFAULTS = {"cached_tokens": 0, "cache_hit_tokens": 0, "fetched_tokens": 0}
 
 def _to_frame(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     if isinstance(records, pd.DataFrame):
-        return records.copy()
+        return records.copy(deep=False)  # copy-on-write: what is assigned below never reaches `records`
     return pd.DataFrame.from_records(list(records))
 
 
@@ -149,6 +149,8 @@ def requests_frame(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.Da
 def timeseries_frame(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     """Time-series records (one row per bin) -> the typed frame of TIMESERIES_COLUMNS, sorted by t_s."""
     df = _typed(records, TIMESERIES_COLUMNS, "timeseries")
+    if df["t_s"].is_monotonic_increasing:  # the stable sort would keep every row in place: no copy
+        return df
     return df.sort_values("t_s", kind="stable").reset_index(drop=True)
 
 
@@ -159,7 +161,7 @@ def units(schema: Mapping[str, Column] = REQUEST_COLUMNS) -> dict[str, str]:
 
 def arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
     """Make object columns writable by pyarrow: all-number columns become numeric, mixed ones text."""
-    out = df.copy()
+    out = df.copy(deep=False)  # copy-on-write: only the columns replaced below are new
     for name in out.columns:
         if out[name].dtype != object:
             continue

@@ -5,6 +5,10 @@ except a request still in flight when a live/url run was stopped (`interrupted`)
 `n_requests` and `interrupted`, never in `failed` nor SLO attainment (the target did not fail it).
 Failed requests count in `n_requests`, `failed` and against SLO attainment, never in latency
 statistics. Percentiles use numpy's linear interpolation (the convention of `vllm bench serve`).
+
+The per-request frame may be a `ParquetColumns` (a long run's requests.parquet read a column at a
+time): every function here reads columns by name, and the masks they share are computed once per
+file (`memo`). The vLLM-named statistics and the per-chunk metrics are in vllm_metrics.py.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from harness.analysis.columns import Frame, memo
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ METRICS: dict[str, Metric] = {
 _SLO_RTOL = 1e-9
 
 
-def _values(df: pd.DataFrame, column: str) -> np.ndarray:
+def _values(df: Frame, column: str) -> np.ndarray:
     if column not in df.columns:
         return np.full(len(df), np.nan)
     return df[column].to_numpy(dtype=float, na_value=np.nan)
@@ -93,8 +99,12 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(v, q)) if v.size else float("nan")
 
 
-def completed_mask(df: pd.DataFrame) -> np.ndarray:
+def completed_mask(df: Frame) -> np.ndarray:
     """True for requests that completed: no error (null or '') and a finite finish time."""
+    return memo(df, "completed_mask", lambda: _completed_mask(df))
+
+
+def _completed_mask(df: Frame) -> np.ndarray:
     if "error" in df.columns:
         err = df["error"]
         no_error = (err.isna() | (err.astype("string").fillna("") == "")).to_numpy(dtype=bool)
@@ -106,22 +116,23 @@ def completed_mask(df: pd.DataFrame) -> np.ndarray:
     return no_error & np.isfinite(finish)
 
 
-def n_completed(df: pd.DataFrame) -> int:
+def n_completed(df: Frame) -> int:
     return int(completed_mask(df).sum())
 
 
-def interrupted_mask(df: pd.DataFrame) -> np.ndarray:
+def interrupted_mask(df: Frame) -> np.ndarray:
     """True for requests cut off by stopping the run (column `interrupted`; none when absent)."""
     if "interrupted" not in df.columns:
         return np.zeros(len(df), dtype=bool)
-    return df["interrupted"].fillna(False).to_numpy(dtype=bool) & ~completed_mask(df)
+    return memo(df, "interrupted_mask",
+                lambda: df["interrupted"].fillna(False).to_numpy(dtype=bool) & ~completed_mask(df))
 
 
-def n_interrupted(df: pd.DataFrame) -> int:
+def n_interrupted(df: Frame) -> int:
     return int(interrupted_mask(df).sum())
 
 
-def duration_s(df: pd.DataFrame) -> float:
+def duration_s(df: Frame) -> float:
     """Run span: last finish of a completed request - first arrival (NaN with no completion)."""
     done = completed_mask(df)
     if not done.any() or len(df) == 0:
@@ -129,33 +140,33 @@ def duration_s(df: pd.DataFrame) -> float:
     return float(_values(df, "finish_s")[done].max() - _values(df, "arrival_s").min())
 
 
-def arrival_rps(df: pd.DataFrame) -> float:
+def arrival_rps(df: Frame) -> float:
     """Measured arrival rate, (n - 1) / (last - first arrival): the load actually offered."""
     arr = _finite(_values(df, "arrival_s"))
     span = arr.max() - arr.min() if arr.size else 0.0
     return float((arr.size - 1) / span) if span > 0 else float("nan")
 
 
-def throughput_rps(df: pd.DataFrame) -> float:
+def throughput_rps(df: Frame) -> float:
     """Completed requests per second over the run span (vLLM's request_throughput)."""
     d = duration_s(df)
     return n_completed(df) / d if d > 0 else float("nan")
 
 
-def output_tokens_per_s(df: pd.DataFrame) -> float:
+def output_tokens_per_s(df: Frame) -> float:
     d = duration_s(df)
     out = _values(df, "output_tokens")[completed_mask(df)]
     return float(out.sum() / d) if d > 0 else float("nan")
 
 
-def total_tokens_per_s(df: pd.DataFrame) -> float:
+def total_tokens_per_s(df: Frame) -> float:
     d = duration_s(df)
     done = completed_mask(df)
     total = _values(df, "output_tokens")[done].sum() + _values(df, "input_tokens")[done].sum()
     return float(total / d) if d > 0 else float("nan")
 
 
-def steady_window(df: pd.DataFrame, warmup_fraction: float) -> tuple[float, float]:
+def steady_window(df: Frame, warmup_fraction: float) -> tuple[float, float]:
     """(start_s, end_s) of the steady window on the run clock.
 
     It spans the arrivals after the first `warmup_fraction` of the arrival span, up to the last
@@ -174,7 +185,7 @@ def steady_window(df: pd.DataFrame, warmup_fraction: float) -> tuple[float, floa
     return start, last
 
 
-def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float, closed_loop: bool = False) -> float:
+def steady_throughput_rps(df: Frame, warmup_fraction: float, closed_loop: bool = False) -> float:
     """Completions per second inside the steady window: the offered rate under light load, the
     capacity under overload. Falls back to `throughput_rps` when the window is empty.
 
@@ -202,7 +213,7 @@ def steady_throughput_rps(df: pd.DataFrame, warmup_fraction: float, closed_loop:
     return float(inside.sum() / (end - start))
 
 
-def latency(df: pd.DataFrame, column: str, stat: str) -> float:
+def latency(df: Frame, column: str, stat: str) -> float:
     """`stat` ('mean' or 'pNN') of a latency column over completed requests."""
     values = _values(df, column)[completed_mask(df)]
     if stat == "mean":
@@ -210,19 +221,19 @@ def latency(df: pd.DataFrame, column: str, stat: str) -> float:
     return percentile(values, float(stat.removeprefix("p")))
 
 
-def ttft(df: pd.DataFrame, stat: str = "mean") -> float:
+def ttft(df: Frame, stat: str = "mean") -> float:
     return latency(df, "ttft_s", stat)
 
 
-def tpot(df: pd.DataFrame, stat: str = "mean") -> float:
+def tpot(df: Frame, stat: str = "mean") -> float:
     return latency(df, "tpot_s", stat)
 
 
-def e2e(df: pd.DataFrame, stat: str = "mean") -> float:
+def e2e(df: Frame, stat: str = "mean") -> float:
     return latency(df, "e2e_s", stat)
 
 
-def slo_met_mask(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
+def slo_met_mask(df: Frame, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
     """Completed requests meeting both SLOs. A request with one output token has no TPOT: it only
     needs the TTFT SLO."""
     ttft_s = _values(df, "ttft_s")
@@ -232,20 +243,20 @@ def slo_met_mask(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> np.n
     return completed_mask(df) & ttft_ok & tpot_ok
 
 
-def slo_attainment(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
+def slo_attainment(df: Frame, ttft_slo_s: float, tpot_slo_s: float) -> float:
     """Share of requests (failed ones count as misses, interrupted ones not at all) meeting both SLOs."""
     counted = ~interrupted_mask(df)
     met = slo_met_mask(df, ttft_slo_s, tpot_slo_s)[counted]
     return float(met.mean()) if met.size else float("nan")
 
 
-def goodput_rps(df: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
+def goodput_rps(df: Frame, ttft_slo_s: float, tpot_slo_s: float) -> float:
     """Completed requests meeting both SLOs per second of run span."""
     d = duration_s(df)
     return float(slo_met_mask(df, ttft_slo_s, tpot_slo_s).sum() / d) if d > 0 else float("nan")
 
 
-def offload_fraction(df: pd.DataFrame) -> float:
+def offload_fraction(df: Frame) -> float:
     """Share of routed requests (route non-empty) that went to the PrfaaS cluster."""
     if "route" not in df.columns:
         return float("nan")
@@ -254,32 +265,32 @@ def offload_fraction(df: pd.DataFrame) -> float:
     return float((route[routed] == "prfaas").mean()) if routed.any() else float("nan")
 
 
-def cached_token_frac(df: pd.DataFrame) -> float:
+def cached_token_frac(df: Frame) -> float:
     """Share of prompt tokens the prefills skipped: sum cached_tokens / sum input_tokens."""
     total = np.nansum(_values(df, "input_tokens"))
     return float(np.nansum(_values(df, "cached_tokens")) / total) if total > 0 else float("nan")
 
 
-def cache_hit_token_frac(df: pd.DataFrame) -> float:
+def cache_hit_token_frac(df: Frame) -> float:
     """Prefix-cache pool token hit rate (block-level KV matches); falls back to cached_tokens."""
     column = "cache_hit_tokens" if "cache_hit_tokens" in df else "cached_tokens"
     total = np.nansum(_values(df, "input_tokens"))
     return float(np.nansum(_values(df, column)) / total) if total > 0 else float("nan")
 
 
-def prefill_tokens_computed(df: pd.DataFrame) -> float:
+def prefill_tokens_computed(df: Frame) -> float:
     """Prompt tokens actually computed by prefills (input minus the skipped prefix)."""
     return float(np.nansum(_values(df, "input_tokens")) - np.nansum(_values(df, "cached_tokens")))
 
 
-def kv_bytes_prfaas_total(df: pd.DataFrame) -> float:
+def kv_bytes_prfaas_total(df: Frame) -> float:
     if "route" not in df.columns:
         return 0.0
     remote = (df["route"].astype("string").fillna("") == "prfaas").to_numpy(dtype=bool)
     return float(np.nansum(_values(df, "kv_bytes_sent")[remote]))
 
 
-def lateness(df: pd.DataFrame, stat: str) -> float:
+def lateness(df: Frame, stat: str) -> float:
     """Load-generator lateness (sent - scheduled) statistic; NaN when the run has no such column."""
     values = _values(df, "lateness_s")
     if stat == "max":
@@ -316,59 +327,6 @@ def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = 
     win = _in_window(ts, start_s, end_s)
     cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]
     return {f"{prefix}{c}_mean": mean(_values(win, c)) for c in cols}
-
-
-def vllm_stats(values_s: np.ndarray, name: str, percentiles: tuple[float, ...]) -> dict[str, float]:
-    """`mean_<name>_ms`, `median_..`, `std_..` and `p<q>_<name>_ms` as `vllm bench serve` names them
-    (q printed as an integer when it is one: p99, p99.9). NaN when there are no values."""
-    v = _finite(np.asarray(values_s, dtype=float)) * 1e3
-    nan = float("nan")
-    out = {f"mean_{name}_ms": float(v.mean()) if v.size else nan,
-           f"median_{name}_ms": float(np.median(v)) if v.size else nan,
-           f"std_{name}_ms": float(v.std()) if v.size else nan}
-    for q in percentiles:
-        word = str(int(q)) if int(q) == q else str(q)
-        out[f"p{word}_{name}_ms"] = float(np.percentile(v, q)) if v.size else nan
-    return out
-
-
-def chunk_gaps_s(chunks: pd.DataFrame) -> np.ndarray:
-    """Inter-token latencies as `vllm bench serve` measures them: the gaps between consecutive
-    token-bearing chunks of each request (chunks frame: request_id, chunk, t_s), all requests pooled."""
-    if chunks is None or len(chunks) == 0:
-        return np.zeros(0)
-    c = chunks.sort_values(["request_id", "chunk"], kind="stable")
-    t = c["t_s"].to_numpy(dtype=float)
-    rid = c["request_id"].to_numpy()
-    same = rid[1:] == rid[:-1]
-    return np.diff(t)[same]
-
-
-def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tuple[float, int]:
-    """(max output tokens in any 1-second bin, max requests active in any bin), bins from the first
-    arrival, as `vllm bench serve` computes max_output_tokens_per_s / max_concurrent_requests. A chunk
-    counts output_tokens / n_chunks tokens of its request (vLLM counts one per chunk)."""
-    done = completed_mask(requests)
-    if chunks is None or len(chunks) == 0 or not done.any():
-        return float("nan"), 0
-    req = requests[done]
-    start = _values(req, "arrival_s")
-    t0 = float(np.nanmin(start))
-    end = _values(req, "finish_s")
-    n_bins = int(np.ceil(np.nanmax(end) - t0)) + 1
-    n_chunks = _values(req, "n_chunks")
-    n_chunks = np.where(np.isfinite(n_chunks) & (n_chunks > 0), n_chunks, 1.0)
-    per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks, strict=False))
-    c = chunks[chunks["request_id"].isin(per_chunk)]
-    weights = c["request_id"].map(per_chunk).to_numpy(dtype=float)
-    bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)
-    ok = (bins >= 0) & (bins < n_bins)
-    tokens = np.bincount(bins[ok], weights=weights[ok], minlength=n_bins)
-    active = np.zeros(n_bins + 1, dtype=int)
-    first, last = np.floor(start - t0).astype(int), np.floor(end - t0).astype(int)
-    np.add.at(active, np.clip(first, 0, n_bins), 1)
-    np.add.at(active, np.clip(last + 1, 0, n_bins), -1)
-    return float(tokens.max()), int(np.cumsum(active)[:n_bins].max())
 
 
 def capacity_rps(report: pd.DataFrame, deployment: str) -> float:

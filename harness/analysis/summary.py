@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import metrics as m
+from harness.analysis import vllm_metrics as vm
+from harness.analysis.columns import Frame, ParquetColumns
 from harness.analysis.frames import requests_frame, timeseries_frame, write_parquet
 from harness.analysis.schema import AnalysisConfig
 
@@ -65,7 +67,7 @@ def flatten(meta: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def summarize(requests_df: pd.DataFrame, timeseries_df: pd.DataFrame | None, meta: Mapping[str, Any],
+def summarize(requests_df: Frame, timeseries_df: pd.DataFrame | None, meta: Mapping[str, Any],
               analysis_cfg: Any = None) -> dict[str, Any]:
     """The summary of one run: counts, throughputs, latency percentiles, SLO, egress, offload, cache."""
     df = requests_df
@@ -153,20 +155,20 @@ def vllm_chunk_metrics(chunks: pd.DataFrame, requests_df: pd.DataFrame,
     chunks, all requests pooled), max_output_tokens_per_s and max_concurrent_requests."""
     done_ids = set(requests_df["request_id"][m.completed_mask(requests_df)]) if len(requests_df) else set()
     mine = chunks[chunks["request_id"].isin(done_ids)] if chunks is not None and len(chunks) else chunks
-    out: dict[str, Any] = m.vllm_stats(m.chunk_gaps_s(mine), "itl", tuple(percentiles))
-    peak, active = m.peak_output_tokens_per_s(mine, requests_df)
+    out: dict[str, Any] = vm.vllm_stats(vm.chunk_gaps_s(mine), "itl", tuple(percentiles))
+    peak, active = vm.peak_output_tokens_per_s(mine, requests_df)
     out.update(max_output_tokens_per_s=peak, max_concurrent_requests=active)
     return out
 
 
-def vllm_names(summary: Mapping[str, Any], requests_df: pd.DataFrame,
+def vllm_names(summary: Mapping[str, Any], requests_df: Frame,
                percentiles: Sequence[float] = (50.0, 90.0, 99.0)) -> dict[str, Any]:
     """The summary under `vllm bench serve`'s result keys (milliseconds for latencies)."""
     done = m.completed_mask(requests_df)
 
     def ms(column: str, name: str) -> dict[str, float]:
         v = requests_df[column].to_numpy(dtype=float, na_value=np.nan)[done] if column in requests_df else np.array([])
-        return m.vllm_stats(v, name, tuple(percentiles))
+        return vm.vllm_stats(v, name, tuple(percentiles))
 
     def tokens(c: str) -> int:
         return int(requests_df[c].to_numpy(dtype=float, na_value=0.0)[done].sum()) if c in requests_df else 0
@@ -220,28 +222,34 @@ def write_json(obj: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def write_run(run_dir: str | os.PathLike[str], requests_df: pd.DataFrame | Iterable[Mapping[str, Any]],
+def write_run(run_dir: str | os.PathLike[str],
+              requests_df: pd.DataFrame | ParquetColumns | Iterable[Mapping[str, Any]],
               timeseries_df: pd.DataFrame | Iterable[Mapping[str, Any]] | None, meta: Mapping[str, Any],
               analysis_cfg: Any = None, requests_written: bool = False) -> dict[str, Any]:
     """Write requests/timeseries/summary .parquet and summary.json (and per-run figures when the
     config says so) into run_dir; return the summary.
 
     `requests_written`: requests.parquet is already in place (a long sim run writes it from its
-    parts in bounded memory) and `requests_df`, read back from it, holds the columns analysis reads."""
+    parts in bounded memory) and `requests_df` reads it (`ParquetColumns`: a column at a time)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    req = requests_df if requests_written else requests_frame(requests_df)
+    req: Frame = requests_df if isinstance(requests_df, ParquetColumns) else \
+        requests_df if requests_written and isinstance(requests_df, pd.DataFrame) else requests_frame(requests_df)
     ts = timeseries_frame(timeseries_df if timeseries_df is not None else [])
     summary = summarize(req, ts, meta, analysis_cfg)
+    vllm = vllm_names(summary, req, percentiles_of(analysis_cfg))
+    if isinstance(req, ParquetColumns):
+        req.release()  # its columns are read; the files below need none of them
     if not requests_written:
         write_parquet(req, run_dir / "requests.parquet")
     write_parquet(ts, run_dir / "timeseries.parquet")
     write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
-    write_json({**summary, **vllm_names(summary, req, percentiles_of(analysis_cfg))}, run_dir / "summary.json")
+    write_json({**summary, **vllm}, run_dir / "summary.json")
     if bool(cfg_value(analysis_cfg, "figures")):
         from harness.analysis.plots import (
             write_run_figures,  # matplotlib only when figures are wanted
         )
 
-        write_run_figures(run_dir, req, ts, summary)
+        figure_req = req.frame(("ttft_s", "error")) if isinstance(req, ParquetColumns) else req
+        write_run_figures(run_dir, figure_req, ts, summary)
     return summary

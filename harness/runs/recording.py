@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -167,41 +166,66 @@ class RecordStream:
             shutil.rmtree(self.parts_dir, ignore_errors=True)
 
 
+# Rows per row group of a file merged from parts: a fixed size, so the file's bytes do not depend on
+# where the parts happened to be cut (a wall-clock flush), and the merge holds at most one group.
+ROW_GROUP_ROWS = 16_384
+
+
 def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool:
-    """Rows of `parts` as one Parquet file at `path` (atomically), sorted by the unique `key`."""
+    """Rows of `parts` as one Parquet file at `path` (atomically), sorted by the unique `key`.
+
+    Two passes over the parts, neither holding every key: the first notes each part's smallest key,
+    the second takes each part's rows below every later part's smallest key, sorted, checks that
+    the keys strictly increase (a repeated key: nothing written, False returned) and writes them in
+    row groups of ROW_GROUP_ROWS."""
     if not parts:
         return False
     schema = pq.read_schema(parts[0])
-    keys = []
+    if key not in schema.names or not pa.types.is_integer(schema.field(key).type):
+        return False
+    smallest = []
     for part in parts:
         if not pq.read_schema(part).equals(schema, check_metadata=False):
             return False
-        keys.append(pq.read_table(part, columns=[key], use_threads=False).column(key).to_numpy())
-    every = np.concatenate(keys)
-    if every.dtype.kind not in "iu" or len(np.unique(every)) != len(every):
-        return False
-    del every
+        keys = pq.ParquetFile(part).read(columns=[key], use_threads=False).column(key)
+        if keys.null_count:
+            return False
+        low = pc.min(keys).as_py()
+        smallest.append(math.inf if low is None else int(low))
     later_min = [math.inf] * (len(parts) + 1)  # smallest key in parts[i:]
     for i in range(len(parts) - 1, -1, -1):
-        later_min[i] = min(later_min[i + 1], int(keys[i].min()) if len(keys[i]) else math.inf)
+        later_min[i] = min(later_min[i + 1], smallest[i])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    last: int | None = None  # the last key written
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
             pending = None
+            out: pa.Table | None = None  # sorted rows not yet written (less than one row group)
             for i, part in enumerate(parts):
-                table = pq.read_table(part, use_threads=False).replace_schema_metadata(schema.metadata)
+                table = pq.ParquetFile(part).read(use_threads=False).replace_schema_metadata(schema.metadata)
                 pending = table if pending is None else pa.concat_tables([pending, table])
                 bound = later_min[i + 1]
-                ready = pending.filter(pc.less(pending.column(key), bound)) if math.isfinite(bound) else pending
                 if math.isfinite(bound):
+                    ready = pending.filter(pc.less(pending.column(key), bound))
                     pending = pending.filter(pc.greater_equal(pending.column(key), bound))
                 else:
-                    pending = None
+                    ready, pending = pending, None
                 if ready.num_rows:
-                    writer.write_table(ready.take(pc.sort_indices(ready, [(key, "ascending")])))
+                    ready = ready.take(pc.sort_indices(ready, [(key, "ascending")]))
+                    keys = ready.column(key).to_numpy()
+                    if (last is not None and keys[0] <= last) or (keys.size > 1 and not (keys[1:] > keys[:-1]).all()):
+                        return False  # a repeated key: the order of ties would be the sort's
+                    last = int(keys[-1])
+                    out = ready if out is None else pa.concat_tables([out, ready])
+                    full = out.num_rows // ROW_GROUP_ROWS * ROW_GROUP_ROWS
+                    if full:
+                        writer.write_table(out.slice(0, full), row_group_size=ROW_GROUP_ROWS)
+                        out = out.slice(full)
                 del table, ready
                 pa.default_memory_pool().release_unused()
+            if out is not None and out.num_rows:
+                writer.write_table(out, row_group_size=ROW_GROUP_ROWS)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

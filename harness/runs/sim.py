@@ -22,15 +22,15 @@ import pandas as pd
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from harness.analysis.columns import Frame, ParquetColumns
 from harness.analysis.frames import requests_frame
-from harness.analysis.timeseries import build_timeseries
+from harness.analysis.timeseries import bin_edges, build_timeseries, link_series
 from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.deploy.capacity import offer_saturation, saturation_meta
 from harness.runs.offer import make_offer
 from harness.runs.recording import (
     RecordStream,
-    read_columns,
     stop_on_signals,
     streams_from,
     writing_to,
@@ -40,22 +40,12 @@ from harness.workload.request import Request
 
 @dataclass
 class RunResult:
-    requests: pd.DataFrame
+    requests: Frame  # a ParquetColumns reading requests.parquet when `requests_written`
     timeseries: pd.DataFrame
     meta: dict[str, Any]
     streams: dict[str, RecordStream] = field(default_factory=dict, repr=False)  # streamed parts to discard
     extras: dict[str, pd.DataFrame] = field(default_factory=dict)  # more files of the run (chunks, warmup)
-    requests_written: bool = False  # requests.parquet is in place; `requests` holds the columns analysis reads
-
-
-# The columns the summary, its vLLM-named keys and the per-run figures read (harness/analysis/metrics.py,
-# summary.py, plots.py): a long run's analysis frame holds only these (the file has every column).
-_SUMMARY_READS = ("deployment", "arrival_s", "input_tokens", "output_tokens", "cached_tokens", "cache_hit_tokens",
-                  "route", "finish_s", "ttft_s", "tpot_s", "e2e_s", "kv_bytes_sent", "error", "interrupted",
-                  "lateness_s", "prefill_instance", "prefill_start_s", "prefill_end_s")  # analysis/saturation.py
-# The columns build_timeseries reads (read first, alone, while the emulator's link log is still held).
-_TIMESERIES_READS = ("arrival_s", "prefill_start_s", "prefill_end_s", "kv_ready_s", "first_token_s", "finish_s",
-                     "route", "cache_hit_tokens")
+    requests_written: bool = False  # requests.parquet is in place; `requests` reads its columns one at a time
 
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request], stop_s: float | None) -> None:
@@ -122,12 +112,16 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
     show = not bar.disable  # a disabled bar's update is still a call per record
+    last_finish = 0.0  # the latest finish_s recorded (the time series' end, without reading the file)
 
     def on_record(record: dict) -> None:
-        nonlocal recorded
+        nonlocal recorded, last_finish
         recorded += 1
         if show:
             bar.update(1)
+        finish = record.get("finish_s")
+        if finish is not None and finish == finish and finish > last_finish:  # NaN: not finished
+            last_finish = finish
         stream.add(record)
 
     deployment.on_record = on_record
@@ -154,23 +148,6 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     finally:
         bar.close()
 
-    written = False
-    if deployment.keep_records:
-        frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
-    else:  # bounded memory: the whole file from the parts, then only the columns each step reads
-        assert stream.path is not None  # records are kept unless there is a run directory
-        with writing_to(stream.path):
-            written = stream.write_sorted("request_id")
-        frame = read_columns(stream.path, only=_TIMESERIES_READS) if written else \
-            stream.read().sort_values("request_id", ignore_index=True)
-    finishes = frame["finish_s"].dropna()
-    t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
-    timeseries = build_timeseries(
-        frame, deployment=deployment.name, t_end=t_end, bin_s=float(cfg.analysis.timeseries.bin_s),
-        n_prefill=built.n_prefill, n_prfaas=built.n_prfaas, n_decode=built.n_decode,
-        decode_slots=sum(d.bs_max for d in deployment.decode), link=deployment.cross_link,
-        reverse_link=deployment.reverse_link, roles_log=deployment.roles_log, evictions=deployment.evictions,
-    )
     meta = {
         "deployment": deployment.name,
         "mode": "sim",
@@ -191,11 +168,34 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
     }
-    if offer.saturate:
-        meta["saturation"] = saturation_meta(cfg, frame, timeseries, built.plan, int(concurrency or 0))
-    if written:  # the emulator's state (link log, pools) is no longer needed: the summary's columns next
-        del frame, deployment, built, clock, offer, requests, on_record
+    saturate, plan = offer.saturate, built.plan
+    ts_args: dict[str, Any] = dict(deployment=deployment.name, bin_s=float(cfg.analysis.timeseries.bin_s),
+                                   n_prefill=built.n_prefill, n_prfaas=built.n_prfaas, n_decode=built.n_decode,
+                                   decode_slots=sum(d.bs_max for d in deployment.decode))
+    logs: dict[str, Any] = dict(link=deployment.cross_link, reverse_link=deployment.reverse_link,
+                                roles_log=deployment.roles_log, evictions=deployment.evictions)
+    written = False
+    frame: Frame
+    if deployment.keep_records:
+        frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+        finishes = frame["finish_s"].dropna()
+        t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
+        timeseries = build_timeseries(frame, t_end=t_end, **ts_args, **logs)
+    else:  # bounded memory: the emulator's logs binned, the emulator released, then the file from the parts
+        t_end = float(max(last_finish, clock.now(), 1e-9))
+        edges, width = bin_edges(t_end, ts_args["bin_s"])
+        link_columns = link_series(edges, width, **logs)
+        del logs, deployment, built, clock, offer, requests, on_record
         gc.collect()  # the deployment's instances and timers refer to one another
-        assert stream.path is not None  # written: see above
-        frame = read_columns(stream.path, only=_SUMMARY_READS)
+        assert stream.path is not None  # records are kept unless there is a run directory
+        with writing_to(stream.path):
+            written = stream.write_sorted("request_id")
+        frame = ParquetColumns(stream.path) if written else stream.read().sort_values("request_id", ignore_index=True)
+        timeseries = build_timeseries(frame, t_end=t_end, **ts_args, link_columns=link_columns)
+        del link_columns
+    if saturate:
+        arrivals = frame.frame(("arrival_s",)) if isinstance(frame, ParquetColumns) else frame
+        meta["saturation"] = saturation_meta(cfg, arrivals, timeseries, plan, int(concurrency or 0))
+    if isinstance(frame, ParquetColumns):
+        frame.release()  # the summary reads its columns afresh, a few at a time
     return RunResult(frame, timeseries, meta, streams, requests_written=written)

@@ -25,26 +25,33 @@ class RequestStream(Sequence[Request]):
     """A synthetic workload's requests, built a chunk at a time as they are read (bounded memory).
 
     The draws are the workload's own (the same calls on the same generators as `generate`), kept
-    as three numeric arrays (24 bytes a request); the `Request` objects and their hash_ids tuples,
-    ~100x that, exist only for the chunk being read. Indexing builds one request on demand.
+    as three numeric arrays (14 bytes a request on the paper workload: lengths in the smallest integer
+    type that holds them); the `Request` objects and their hash_ids tuples, ~100x that, exist only for
+    the chunk being read. Indexing builds one request on demand.
     """
 
     def __init__(self, times: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, block_tokens: int,
                  chunk: int = 10_000) -> None:
-        self._times, self._inputs, self._outputs = times, inputs, outputs
+        self._times, self._inputs, self._outputs = times, _narrow(inputs), _narrow(outputs)
         self._block_tokens, self._chunk = block_tokens, max(1, int(chunk))
         counts = np.asarray(n_blocks(inputs.astype(np.int64), block_tokens), dtype=np.int64)
-        self._first_ids = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        # The first block id of each chunk only (a request's is its chunk's plus the blocks before it).
+        self._chunk_first_ids = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)[::self._chunk].copy()
 
     def __len__(self) -> int:
         return len(self._times)
 
     def _build(self, lo: int, hi: int) -> list[Request]:
-        hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens,
-                                   int(self._first_ids[lo]) if hi > lo else 0)
+        hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens, self._first_id(lo) if hi > lo else 0)
         return [Request(i, t, a, b, h) for i, t, a, b, h in
                 zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
                     self._outputs[lo:hi].tolist(), hash_ids, strict=False)]
+
+    def _first_id(self, i: int) -> int:
+        """The first block id of request i: its chunk's, plus the blocks of the requests before it there."""
+        start = i - i % self._chunk
+        before = n_blocks(self._inputs[start:i].astype(np.int64), self._block_tokens)
+        return int(self._chunk_first_ids[i // self._chunk]) + int(np.sum(before))
 
     def __iter__(self) -> Iterator[Request]:
         for lo in range(0, len(self), self._chunk):
@@ -63,6 +70,14 @@ class RequestStream(Sequence[Request]):
         if not 0 <= i < len(self):
             raise IndexError(index)
         return self._build(i, i + 1)[0]
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Integer lengths in the smallest integer type that holds them all (the same values: a paper
+    workload's inputs fit 4 bytes, its outputs 2); anything else as it is."""
+    if values.dtype.kind not in "iu" or values.size == 0:
+        return values
+    return values.astype(np.promote_types(np.min_scalar_type(values.min()), np.min_scalar_type(values.max())))
 
 
 class SyntheticWorkload:

@@ -59,3 +59,40 @@ def test_parts_that_disagree_on_types_fall_back(tmp_path):
     write_parquet(pd.DataFrame({"request_id": [0], "x": ["a"]}), parts / "part-000001.parquet")
     assert not write_sorted(sorted(parts.glob("*.parquet")), tmp_path / "requests.parquet")
     assert not write_sorted([], tmp_path / "requests.parquet")
+
+
+def test_a_key_repeated_across_parts_falls_back(tmp_path):
+    """The repeat is caught while merging (no pass holds every key): nothing is left behind."""
+    ids = [*range(60), 7, *range(60, 90)]
+    stream = _stream_rows(tmp_path / "requests.parquet", ids, every=11)
+    assert len(stream.parts()) > 3
+    assert not stream.write_sorted()
+    assert not (tmp_path / "requests.parquet").exists()
+    assert not list(tmp_path.glob(".requests.parquet.tmp-*"))
+
+
+def test_null_keys_fall_back(tmp_path):
+    parts = tmp_path / "requests.parquet.parts"
+    write_parquet(pd.DataFrame({"request_id": pd.array([1, None], dtype="Int64"), "x": [1.5, 2.5]}),
+                  parts / "part-000000.parquet")
+    assert not write_sorted(sorted(parts.glob("*.parquet")), tmp_path / "requests.parquet")
+
+
+def test_the_file_does_not_depend_on_where_the_parts_were_cut(tmp_path, monkeypatch):
+    """Parts are cut by row count or wall clock; the merged file is cut in fixed row groups only."""
+    import pyarrow.parquet as pq
+
+    from harness.runs import recording
+
+    monkeypatch.setattr(recording, "ROW_GROUP_ROWS", 64)
+    ids = list(range(300))
+    ids[10], ids[200] = ids[200], ids[10]  # one straggler held back across many parts
+    files = []
+    for every in (7, 13, 300):
+        out = tmp_path / f"every{every}" / "requests.parquet"
+        assert _stream_rows(out, ids, every=every).write_sorted()
+        files.append(out.read_bytes())
+        meta = pq.ParquetFile(out).metadata
+        assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [64, 64, 64, 64, 44]
+    assert files[0] == files[1] == files[2]
+    assert pd.read_parquet(tmp_path / "every7" / "requests.parquet")["request_id"].tolist() == list(range(300))
