@@ -62,6 +62,7 @@ def test_harness_profile_fits_the_engine_and_predicts_held_out_probes(engine_ser
     prof = model["profiles"]["cpu_local"]
     assert prof["prefill"]["kind"] == "polynomial" and len(prof["prefill"]["coefficients"]) == 3
     assert prof["decode"]["kind"] == "per_batch" and prof["decode"]["bs_max"] == SLOTS
-    assert len(prof["decode"]["batch_step_s"]) == SLOTS and "batch sizes [1, 2, 4] fitted" in prof["decode"]["provenance"]
+    assert len(prof["decode"]["batch_step_s"]) == SLOTS
+    assert "batch sizes [1, 2, 4] fitted" in prof["decode"]["provenance"]
     assert {"engine", "model_file", "date", "machine", "prefill", "decode", "design"} <= set(model["provenance"])
     assert "InstanceProfile(engine_test on 1xcpu_local" in doc["loads_as"]  # build_profile took it
