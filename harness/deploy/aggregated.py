@@ -25,7 +25,7 @@ the validate_engine calibration).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,6 +36,9 @@ from harness.deploy.cache_pool import HybridCachePool
 from harness.deploy.job import Job
 from harness.errors import InputError, require
 from harness.workload.request import Request
+
+if TYPE_CHECKING:
+    from harness.deploy.deployment import Deployment
 
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
@@ -149,7 +152,8 @@ class AggregatedDeployment:
 
 
 def _plain(node: Any) -> dict[str, Any]:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True)) if isinstance(node, DictConfig) \
+        else dict(node)
 
 
 def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
@@ -184,4 +188,5 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         chunk_tokens=chunk, block_tokens=int(cfg.workload.get("block_tokens", 512)),
         prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
         shared_after=shared_after, prefix_attention=float(attention), mode=mode)
-    return Built(deployment, None, None, 0, 0, instances)
+    # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
+    return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

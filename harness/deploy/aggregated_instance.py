@@ -86,7 +86,7 @@ class AggregatedInstance:
         """End the current run of decode steps at the next step boundary (a request can join)."""
         now = self.clock.now()
         k = max(1, math.ceil((now - self._seg_start) / self._seg_dt - _EPS))
-        if k >= self._seg_steps:
+        if k >= self._seg_steps or self._timer is None:
             return
         self._timer.cancel()
         self._seg_steps = k

@@ -91,7 +91,7 @@ def _ms(row: dict[str, Any], key: str) -> float:
 
 
 async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: DictConfig, *, block_tokens: int,
-                      seed: int) -> dict[str, list]:
+                      seed: int) -> dict[str, Any]:
     p = ProbeRound(url, target, loadgen, block_tokens, seed)
     await p.send([p.fresh(0, 0.0, 64, 4)], one_at_a_time=True)  # warm-up (and the model's name)
     # (1) prefill: fitted and held-out lengths, interleaved in a seeded random order
@@ -144,7 +144,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
             "ids": {"seed": seed, "salt": p.salt}}
 
 
-def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0) -> dict[str, list]:
+def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0) -> dict[str, Any]:
     """One round of probes against `url` (blocking): {"prefill", "decode", "cached", "mixed"} rows."""
     cal = cal if isinstance(cal, DictConfig) else OmegaConf.create(cal)
     target = target if isinstance(target, DictConfig) else OmegaConf.create(target)
