@@ -13,6 +13,8 @@ Fits (residuals kept in the provenance):
 - decode, `per_batch` (default): a step per batch size + a per-context-token slope; `linear`:
   base_s + per_seq_s N + per_token_s context.
 - prefix attention: what extending a cached prefix costs, from the cached probes.
+- wake: what a prompt costs beyond the back-to-back curve when the engine sat idle before it
+  (llama-server on this machine: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
 Checks (reported, never fitted): held-out prefill lengths; a prompt beside k decoding streams,
 against the aggregated instance's mixed step (decode step + the prompt's marginal work).
 """
@@ -140,6 +142,14 @@ def fit_prefix_attention(rounds: list[dict[str, list]], t: Callable[[float], flo
     gamma = float(np.clip(np.dot(y - fresh, extra) / max(float(np.dot(extra, extra)), 1e-18), 0.0, 1.0))
     rel = (fresh + gamma * extra) / y - 1.0
     return gamma, float(np.sqrt(np.mean(rel**2)))
+
+
+def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tuple[float, list[dict]]:
+    """(wake_s, per length): what a prompt sent to an engine idle for a while takes beyond the
+    back-to-back curve T, the median over lengths of median(idle TTFT) - T(l), at least 0."""
+    idle = _by_length([row for r in rounds for row in r["prefill"]], "idle")
+    rows = [{"input_tokens": n, "idle_s": m, "busy_s": t(n), "extra_s": m - t(n)} for n, m in idle.items()]
+    return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
 
 def checks(rounds: list[dict[str, list]], block: dict) -> dict[str, list[dict]]:

@@ -61,13 +61,17 @@ def _prefix_attention() -> float:
     return float(_STATE.get("prefix_attention", 1.0))
 
 
+def _wake() -> float:
+    return float(_STATE.get("wake_s", 0.0))
+
+
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
 
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
-                   ("validate_prefix_attention", _prefix_attention)):
+                   ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -190,7 +194,7 @@ class ValidateCallback(Callback):
                                                    "at": time.strftime("%H:%M:%SZ", time.gmtime())})
 
     def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
-        from harness.validation.calibrate import checks, fit, fit_prefix_attention, prefill_curve
+        from harness.validation.calibrate import checks, fit, fit_prefix_attention, fit_wake, prefill_curve
 
         cal = config.experiment.calibration
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
@@ -205,6 +209,13 @@ class ValidateCallback(Callback):
             "value": gamma, "relative_rms_residual": residual,
             "provenance": "[M] fitted to TTFT of new tokens on a cached probe prefix "
                           f"({list(cal.cached_prefixes)} x {list(cal.cached_new)} tokens), probe rounds {tag}"}
+        wake, wake_rows = fit_wake(rounds, prefill_curve(block["prefill"]))
+        _STATE["wake_s"] = wake
+        self.meta.setdefault("wake_s", {})[tag] = {
+            "value": wake, "by_length": wake_rows,
+            "provenance": f"[M] median over {[r['input_tokens'] for r in wake_rows]} tokens of (TTFT after "
+                          f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
+        print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
         found = checks(rounds, block)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:

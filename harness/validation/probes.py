@@ -8,7 +8,8 @@ range (fresh prompts, nothing cached), except where a probe means to reuse its o
 
 Rows (plain dicts, saved to calibration/<tag>/probes.json):
 - prefill: one request in flight, max_tokens=1, lengths `lengths` (role fit) and `holdout_lengths`
-  (role holdout: never fitted, predicted), interleaved in a seeded random order;
+  (role holdout: never fitted, predicted), interleaved in a seeded random order, back to back; then
+  `idle.lengths` each after `idle.gap_s` of idle engine (role idle: what waking from idle adds);
 - cached: a fresh prefix of c tokens, then that prefix + n new tokens;
 - decode: b streams started together (b x prompt <= the engine's batch, so all b prompts go in one
   step and the b streams decode side by side); the step is the engine's own generation time per
@@ -103,6 +104,15 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
                 "server_prompt_s": _ms(r, "prompt_ms") / 1e3, "error": r.get("error")}
                for j, r in zip(order, await p.send(reqs, one_at_a_time=True), strict=True)]
+    # (1b) the same, each after the engine sat idle `idle.gap_s` (a request at low load finds it so)
+    idle = cal.get("idle") or {}
+    for _ in range(int(cal.repeats)):
+        for n in idle.get("lengths") or []:
+            await asyncio.sleep(float(idle.get("gap_s", 1.5)))
+            (r,) = await p.send([p.fresh(0, 0.0, int(n), 1)], one_at_a_time=True)
+            prefill.append({"input_tokens": int(n), "role": "idle",
+                            "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
+                            "server_prompt_s": _ms(r, "prompt_ms") / 1e3, "error": r.get("error")})
     # (2) cached prefix + new tokens
     reqs, keys = [], []
     for _ in range(int(cal.repeats)):

@@ -85,3 +85,16 @@ def test_niceness_is_applied_or_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(os, "setpriority", refuse)
     with pytest.raises(InputError, match=r"^experiment.engine.nice=-10: cannot set .*Operation not permitted.*null$"):
         set_niceness(-10, "experiment.engine.nice")
+
+
+def test_wake_is_what_idle_gapped_probes_take_beyond_the_back_to_back_curve():
+    from harness.validation.calibrate import fit_wake
+
+    rd = _round(_ubatch_curve)
+    rd["prefill"] += [{"input_tokens": n, "role": "idle", "ttft_s": _ubatch_curve(n) + extra}
+                      for n, extra in ((128, 0.020), (512, 0.030), (1024, 0.025)) for _ in range(2)]
+    block = fit([rd], hardware="h", slots=4, source="t")["h"]  # idle probes never enter the curve
+    assert block["prefill"]["tokens"] == list(LENGTHS)
+    wake, rows = fit_wake([rd], prefill_curve(block["prefill"]))
+    assert wake == pytest.approx(0.025, rel=1e-6) and [r["input_tokens"] for r in rows] == [128, 512, 1024]
+    assert fit_wake([_round(_ubatch_curve)], prefill_curve(block["prefill"]))[0] == 0.0  # no idle probes: none
