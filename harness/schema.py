@@ -68,6 +68,9 @@ class TargetConfig:
     token_id_min: int = 1000  # prompt token ids are drawn from [token_id_min, token_id_max)
     token_id_max: int = 30000  # (clear of special tokens in common vocabularies)
     max_connections: int = 0  # HTTP connection pool size; 0: unlimited
+    # Reuse connections between requests. false: a new connection per request, for servers that close
+    # one after a streamed response without saying so (llama-server): reusing it races their close.
+    keep_alive: bool = True
     # Emulated seconds per wall second of the target; null: what the server announces
     # (harness-serve's X-Harness-Time-Scale header, /health, /v1/models), else 1 (real time).
     time_scale: float | None = None

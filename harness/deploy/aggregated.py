@@ -19,13 +19,15 @@ requests can reuse: `prefill`, as soon as it is computed, which is what llama-se
 request reused a prefix whose owners were all still decoding); or `finish`, when its request ends),
 `prefix_attention` (share of the cost model's attention-over-a-cached-prefix term that extending a
 cached prefix costs, in [0, 1]; 1: the cost model's `T(c + k) - T(c)`; an engine's own is measured by
-the validate_engine calibration).
+the validate_engine calibration), `wake_s` (extra time of the first step after an instance sat idle
+for at least `wake_after_s`: an engine woken from idle is slower than one kept busy; measured by the
+validate_engine calibration as idle-gapped probes minus back-to-back ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -37,9 +39,12 @@ from harness.deploy.job import Job
 from harness.errors import InputError, require
 from harness.workload.request import Request
 
+if TYPE_CHECKING:
+    from harness.deploy.deployment import Deployment
+
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
-        "prefix_shared_after", "prefix_attention")
+        "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -49,7 +54,8 @@ class AggregatedDeployment:
     def __init__(self, *, name: str, clock: Clock, profile, instances: int, slots: int,
                  chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
                  cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
-                 prefix_attention: float = 1.0, mode: str = "sim") -> None:
+                 prefix_attention: float = 1.0, mode: str = "sim", wake_s: float = 0.0,
+                 wake_after_s: float = 0.0) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -59,7 +65,7 @@ class AggregatedDeployment:
         self.instances = [
             AggregatedInstance(f"agg{i}", clock, profile, slots=slots, chunk_tokens=chunk_tokens,
                                admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish,
-                               prefix_attention=prefix_attention)
+                               prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -149,7 +155,8 @@ class AggregatedDeployment:
 
 
 def _plain(node: Any) -> dict[str, Any]:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True)) if isinstance(node, DictConfig) \
+        else dict(node)
 
 
 def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
@@ -175,6 +182,10 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
     attention = dep.get("prefix_attention", 1.0)
     require(isinstance(attention, (int, float)) and 0.0 <= attention <= 1.0,
             f"{where}.prefix_attention must be a number in [0, 1], got {attention!r}")
+    for key in ("wake_s", "wake_after_s"):
+        value = dep.get(key, 0.0)
+        require(isinstance(value, (int, float)) and value >= 0.0, f"{where}.{key} must be a number >= 0 (seconds), "
+                                                                   f"got {value!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -183,5 +194,7 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         name=str(dep["name"]), clock=clock, profile=profile, instances=instances, slots=int(dep["slots"]),
         chunk_tokens=chunk, block_tokens=int(cfg.workload.get("block_tokens", 512)),
         prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
-        shared_after=shared_after, prefix_attention=float(attention), mode=mode)
-    return Built(deployment, None, None, 0, 0, instances)
+        shared_after=shared_after, prefix_attention=float(attention), mode=mode,
+        wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)))
+    # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
+    return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

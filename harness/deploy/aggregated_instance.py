@@ -12,7 +12,10 @@ where a request has `c` prompt tokens already in its KV (cached prefix or earlie
 in this step, `T` is the prefill curve, and `base` is the larger of `T(0)` (the fixed per-pass
 cost) and the decode step `decode_step_s(b, context)` of the `b` decoding requests (`T(0)` when
 none decodes). A step without prompt work is the decode step alone. A lone
-request's time to first token is therefore exactly `prefill_s(new, cached)`.
+request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
+
+A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
+before its first step (an engine woken from idle runs its first pass slower than a busy one).
 
 A request's first token comes out of the step that finishes its prompt; each later token, one
 step. Between membership changes (no request prefilling, none admissible) the batch is fixed, so
@@ -47,13 +50,16 @@ class _Seq:
 class AggregatedInstance:
     def __init__(self, name: str, clock: Clock, profile, *, slots: int, chunk_tokens: int | None,
                  admit: Callable[[Job], None], on_first_token: Callable[[Job], None],
-                 on_done: Callable[[Job], None], prefix_attention: float = 1.0) -> None:
+                 on_done: Callable[[Job], None], prefix_attention: float = 1.0, wake_s: float = 0.0,
+                 wake_after_s: float = 0.0) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
         self.bs_max = slots  # what the time series calls decode slots
         self.chunk_tokens = chunk_tokens
         self.prefix_attention = prefix_attention
+        self.wake_s, self.wake_after_s = wake_s, wake_after_s
+        self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
         self.on_done = on_done
@@ -76,8 +82,10 @@ class AggregatedInstance:
     def submit(self, job: Job) -> None:
         job.prefill_instance = job.decode_instance = self.name
         self.queue.append(job)
-        if self._timer is None:  # idle: start at once, after any other arrival at this instant
-            self._timer = self.clock.call_at(self.clock.now(), self._plan)
+        if self._timer is None:  # idle: start at once (after any other arrival at this instant), or after
+            now = self.clock.now()  # waking up when it sat idle long enough to go cold
+            wake = self.wake_s if self.wake_s and now - self._idle_since >= self.wake_after_s else 0.0
+            self._timer = self.clock.call_at(now + wake, self._plan)
             self._seg_steps = 0
         elif len(self.running) < self.bs_max and self._seg_steps > 1:
             self._cut()
@@ -86,7 +94,7 @@ class AggregatedInstance:
         """End the current run of decode steps at the next step boundary (a request can join)."""
         now = self.clock.now()
         k = max(1, math.ceil((now - self._seg_start) / self._seg_dt - _EPS))
-        if k >= self._seg_steps:
+        if k >= self._seg_steps or self._timer is None:
             return
         self._timer.cancel()
         self._seg_steps = k
@@ -113,6 +121,7 @@ class AggregatedInstance:
             self.running.append(_Seq(job))
         if not self.running:
             self._timer = None
+            self._idle_since = now
             return
         decoders = [s for s in self.running if s.prefill_left == 0]
         context = sum(s.context for s in decoders)

@@ -104,6 +104,17 @@ def _keep_id_and_timings(obj: dict[str, Any], record: RequestRecord) -> None:
 
 
 
+def _never_sent(err: aiohttp.ClientOSError, record: RequestRecord) -> bool:
+    """True when the request failed before any byte of it left this process: a pooled keep-alive
+    connection the server had already closed (llama-server closes one after every streamed
+    response, without `Connection: close`), found closing at the first write. aiohttp then raises
+    "Can not write request body" caused by its "Cannot write to closing transport"; the request
+    (headers and body are one write) reached no server, so sending it again is safe."""
+    cause = err.__cause__  # ("Connection lost", its other reset, can come after bytes were written)
+    return (record.http_status is None and isinstance(cause, aiohttp.ClientConnectionResetError)
+            and "closing transport" in str(cause))
+
+
 class OpenAIHttpTarget:
     """Sends `Request`s to `url` (`api`: completions with token-id prompts, or chat with text)."""
 
@@ -131,23 +142,31 @@ class OpenAIHttpTarget:
     async def send(self, body: bytes, record: RequestRecord) -> None:
         headers = {**self.headers, "X-Request-Id": str(record.request_id)}
         try:
-            async with self.session.post(self.endpoint, data=body, headers=headers, timeout=self.timeout) as resp:
-                record.http_status = resp.status
-                scale = resp.headers.get("X-Harness-Time-Scale")
-                if scale is not None:
-                    record.server_time_scale = _float_or_none(scale)
-                if resp.status != 200:
-                    record.error = _error_message(resp.status, await resp.text(errors="replace"))
-                elif self.stream:
-                    await self._read_stream(resp, record)
-                else:
-                    await self._read_whole(resp, record)
+            try:
+                await self._post(body, headers, record)
+            except aiohttp.ClientOSError as err:
+                if not _never_sent(err, record):
+                    raise
+                await self._post(body, headers, record)  # once, on a new connection: nothing reached the server
         except TimeoutError:
             record.error = f"timeout: no complete response within target.timeout_s={self.timeout_s:g} s"
         except aiohttp.ClientError as err:
             record.error = f"{type(err).__name__}: {err}"
         except (ValueError, KeyError, TypeError, AttributeError) as err:  # a body that is not what the API says
             record.error = f"malformed response: {type(err).__name__}: {err}"
+
+    async def _post(self, body: bytes, headers: dict[str, str], record: RequestRecord) -> None:
+        async with self.session.post(self.endpoint, data=body, headers=headers, timeout=self.timeout) as resp:
+            record.http_status = resp.status
+            scale = resp.headers.get("X-Harness-Time-Scale")
+            if scale is not None:
+                record.server_time_scale = _float_or_none(scale)
+            if resp.status != 200:
+                record.error = _error_message(resp.status, await resp.text(errors="replace"))
+            elif self.stream:
+                await self._read_stream(resp, record)
+            else:
+                await self._read_whole(resp, record)
 
     async def _read_whole(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
         data = await resp.json(content_type=None)

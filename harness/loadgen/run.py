@@ -74,7 +74,7 @@ async def drive(requests: Sequence[Request], url: str, tcfg: Any, lg: Any, *, mo
     scale_source = "server.time_scale" if mode == "live" else "default"
     clock = MonotonicClock()
     prompts = PromptBuilder(block_tokens, int(tcfg.token_id_min), int(tcfg.token_id_max))
-    connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections))
+    connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections), force_close=not tcfg.get("keep_alive", True))
     async with aiohttp.ClientSession(connector=connector) as session:
         if mode != "live":
             time_scale, scale_source = await detect_time_scale(session, url, tcfg.get("time_scale"), headers)

@@ -2,7 +2,9 @@
 
 - prefill: T(l) = c0 + c1*l + c2*l^2 (`kind: polynomial`), the curve harness.costmodel.curves reads;
 - decode: step(batch, ctx) = base_s + per_seq_s*batch + per_token_s*ctx (`kind: linear`), ctx being
-  the context tokens the whole batch holds (harness.costmodel.decode.LinearDecode).
+  the context tokens the whole batch holds (harness.costmodel.decode.LinearDecode); or a step per
+  batch size + per_token_s*ctx (`kind: per_batch`, PerBatchDecode), batch sizes never measured
+  interpolated linearly between the measured ones around them.
 
 Each row is divided by its measured value, so the fit minimises relative error (a 128-token prefill
 counts as much as a 2K one), and non-negative least squares keeps every term >= 0, so the prefill
@@ -69,12 +71,54 @@ def fit_decode(batch: Sequence[float], context_tokens: Sequence[float], step_s: 
     return _fit(["base_s", "per_seq_s", "per_token_s"], design, y)
 
 
+def fit_decode_per_batch(batch: Sequence[float], context_tokens: Sequence[float], step_s: Sequence[float],
+                         max_batch: int) -> Fit:
+    """b1..b<max_batch> (the step of each batch size at zero context) and per_token_s. Measured sizes
+    get their own term; an unmeasured size between two measured ones is interpolated linearly,
+    below the smallest it takes the smallest's step, above the largest the last increment continues
+    (as PerBatchDecode extrapolates). The residual is over the measured points."""
+    b = np.asarray(batch, dtype=int)
+    ctx = np.asarray(context_tokens, dtype=float)
+    y = np.asarray(step_s, dtype=float)
+    sizes = sorted({int(v) for v in b})
+    require(len(y) >= 2 and len(sizes) >= 1, f"a per-batch decode fit needs at least 2 points, got {len(y)}")
+    design = np.vstack([*(np.where(b == k, 1.0, 0.0) for k in sizes), ctx]).T
+    coef, rel = _nnls_rel(design, y)
+    known = dict(zip(sizes, coef[:-1].tolist(), strict=True))
+    steps = []
+    for k in range(1, max_batch + 1):
+        below, above = [s for s in sizes if s <= k], [s for s in sizes if s >= k]
+        if not below:
+            steps.append(known[above[0]])
+        elif not above:
+            last = below[-1]
+            inc = (known[last] - known[below[-2]]) / (last - below[-2]) if len(below) > 1 else 0.0
+            steps.append(known[last] + max(inc, 0.0) * (k - last))
+        elif below[-1] == above[0]:
+            steps.append(known[k])
+        else:
+            lo, hi = below[-1], above[0]
+            steps.append(known[lo] + (known[hi] - known[lo]) * (k - lo) / (hi - lo))
+    params = {f"b{k}": float(v) for k, v in enumerate(steps, start=1)}
+    params["per_token_s"] = float(coef[-1])
+    return Fit(params, float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel))), len(y))
+
+
+def batch_steps(fit: Fit) -> list[float]:
+    """The per-batch steps b1, b2, ... of a per-batch decode fit."""
+    return [v for k, v in fit.params.items() if k.startswith("b") and k[1:].isdigit()]
+
+
 def predict_prefill(fit: Fit, tokens: float | np.ndarray) -> float | np.ndarray:
     return sum(c * np.asarray(tokens, dtype=float) ** k for k, c in enumerate(fit.as_list()))
 
 
 def predict_decode(fit: Fit, batch: float | np.ndarray, context_tokens: float | np.ndarray) -> float | np.ndarray:
     p = fit.params
+    if "base_s" not in p:  # per batch size
+        from harness.costmodel.decode import PerBatchDecode
+
+        return PerBatchDecode(batch_steps(fit), p["per_token_s"])(int(batch), float(context_tokens))
     return (
         p["base_s"] + p["per_seq_s"] * np.asarray(batch, float) + p["per_token_s"] * np.asarray(context_tokens, float)
     )

@@ -38,6 +38,9 @@ class DecodeDesign:
     prompt_tokens: list[int] = field(default_factory=lambda: [64, 1536])  # per stream: sets the context
     output_tokens: int = 64
     repeats: int = 2
+    # The step's form: per_batch (a step per batch size + per context token; sizes not fitted are
+    # interpolated: what validate_engine uses) | linear (base + per sequence + per context token).
+    kind: str = "per_batch"
 
 
 @dataclass

@@ -1,87 +1,35 @@
-"""A built-in calibration: probe an engine with designed requests and fit the cost model's forms.
+"""The validation's built-in calibration: fit the cost model's forms to one or more probe rounds.
 
-Used when no profile file is given (`experiment.profile=null`); `harness-profile` writes the
-same `profiles.<hardware>` block with more probes and residuals. Probes only, never the validation
-workload: fresh random prompts (no cache hits) at fixed lengths, one in flight, for the prefill
-curve (client TTFT, so the HTTP path is in it as it is in what we later predict); N concurrent
-streams at two prompt lengths for the decode step (the engine's own generation time per token:
-the N prompts fit one engine step, so the N streams decode side by side from first to last token).
+Used when no profile file is given (`experiment.profile=null`); the probes (`probes.py`) go through
+the load generator itself, never with the validation workload. `harness-profile` writes the same
+`profiles.<hardware>` block from its own designed experiment.
 
-Fits: prefill `T(l) = c0 + c1 l + c2 l^2` (least squares, relative); decode step
-`base_s + per_seq_s * N + per_token_s * context` (least squares). Residuals are kept.
+Fits (residuals kept in the provenance):
+- prefill, `table` (default): a non-decreasing piecewise-linear curve with corners at `knots`,
+  fitted to the median client TTFT per probe length (the cost model's `kind: table`). llama.cpp prefills in
+  ubatches of 512 tokens and its short prompts cost little more than their tokens, which a
+  quadratic through 64..2048 misses (its intercept came out ~20 ms where a 72-token prompt took
+  24 ms in all). `polynomial`: T(l) = c0 + c1 l + c2 l^2 (relative least squares).
+- decode, `per_batch` (default): a step per batch size + a per-context-token slope; `linear`:
+  base_s + per_seq_s N + per_token_s context.
+- prefix attention: what extending a cached prefix costs, from the cached probes.
+- wake: what a prompt costs beyond the back-to-back curve when the engine sat idle before it
+  (llama-server on this machine: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
+Checks (reported, never fitted): held-out prefill lengths; a prompt beside k decoding streams,
+against the aggregated instance's mixed step (decode step + the prompt's marginal work).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import math
 import time
-from typing import Any
+from collections.abc import Callable
 
-import aiohttp
 import numpy as np
 
+from harness.costmodel.curves import PiecewiseLinear, Polynomial
 
-async def _stream(session: aiohttp.ClientSession, url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
-    body = {"model": "engine", "prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-            "temperature": 0.0}
-    t0 = time.perf_counter()
-    stamps: list[float] = []
-    timings: dict[str, Any] = {}
-    async with session.post(f"{url}/v1/completions", json=body) as resp:
-        resp.raise_for_status()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[5:])
-            if event.get("choices") and event["choices"][0].get("text") is not None:
-                stamps.append(time.perf_counter() - t0)
-            if event.get("timings"):
-                timings = event["timings"]
-    return {"stamps": stamps, "timings": timings}
-
-
-def _prompt(rng: np.random.Generator, n: int) -> list[int]:
-    return rng.integers(1000, 30000, n).tolist()
-
-
-async def _probe(url: str, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
-                 decode_tokens: int, seed: int, cached_prefixes: list[int], cached_new: list[int]) -> dict[str, list]:
-    rng = np.random.default_rng(seed)
-    prefill, decode, cached = [], [], []
-    connector = aiohttp.TCPConnector(force_close=True)  # llama-server may close a kept-alive connection
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600), connector=connector) as session:
-        await _stream(session, url, _prompt(rng, 64), 4)  # warm-up
-        for _ in range(repeats):
-            for n in lengths:
-                r = await _stream(session, url, _prompt(rng, n), 1)
-                prefill.append({"input_tokens": n, "ttft_s": r["stamps"][0] if r["stamps"] else float("nan"),
-                                "server_prompt_s": r["timings"].get("prompt_ms", float("nan")) / 1e3})
-        for _ in range(repeats):  # a fresh prefix, then that prefix + new tokens: the engine reuses the prefix
-            for c in cached_prefixes:
-                for n in cached_new:
-                    prefix = _prompt(rng, c)
-                    await _stream(session, url, prefix, 1)
-                    r = await _stream(session, url, prefix + _prompt(rng, n), 1)
-                    cached.append({"cached_tokens": c, "new_tokens": n,
-                                   "ttft_s": r["stamps"][0] if r["stamps"] else float("nan"),
-                                   "server_cache_n": r["timings"].get("cache_n")})
-        for _ in range(repeats):
-            for p in decode_prompts:
-                for b in batches:
-                    runs = await asyncio.gather(*(_stream(session, url, _prompt(rng, p), decode_tokens)
-                                                  for _ in range(b)))
-                    # The engine's own clock: generation time per token of each stream. All b prompts
-                    # fit one engine step (b * p <= its batch), so the b streams decode side by side
-                    # from first token to last; the client's stamps jitter with its own scheduling.
-                    per_token = [r["timings"]["predicted_ms"] / 1e3 / r["timings"]["predicted_n"]
-                                 for r in runs if r["timings"].get("predicted_n")]
-                    if per_token:
-                        decode.append({"batch": b, "prompt_tokens": p, "step_s": float(np.mean(per_token)),
-                                       "context_tokens": b * (p + decode_tokens / 2)})
-    return {"prefill": prefill, "decode": decode, "cached": cached}
+PREFILL_KINDS = ("table", "polynomial")
 
 
 def _medians(rows: list[dict]) -> list[dict]:
@@ -92,18 +40,50 @@ def _medians(rows: list[dict]) -> list[dict]:
     return [{**g[0], "step_s": float(np.median([r["step_s"] for r in g]))} for g in groups.values()]
 
 
-def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
-    by_length: dict[int, list[float]] = {}
+def _by_length(rows: list[dict], role: str = "fit") -> dict[int, float]:
+    """The median TTFT per probe length (one stalled probe cannot tilt the curve)."""
+    by: dict[int, list[float]] = {}
     for r in rows:
-        if np.isfinite(r["ttft_s"]):
-            by_length.setdefault(int(r["input_tokens"]), []).append(float(r["ttft_s"]))
-    x = np.array(sorted(by_length), float)  # the median per length: one stalled probe cannot tilt the curve
-    y = np.array([np.median(by_length[int(n)]) for n in x], float)
+        if r.get("role", "fit") == role and np.isfinite(r["ttft_s"]):
+            by.setdefault(int(r["input_tokens"]), []).append(float(r["ttft_s"]))
+    return {n: float(np.median(v)) for n, v in sorted(by.items())}
+
+
+def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
+    med = _by_length(rows)
+    x = np.array(list(med), float)
+    y = np.array(list(med.values()), float)
     a = np.vstack([np.ones_like(x), x, x * x]).T / y[:, None]  # relative least squares
     coef, *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
     coef = np.maximum(coef, 0.0)
     rel = (a @ coef) - 1.0
     return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
+
+
+def _fit_prefill_table(rows: list[dict], knots: list[int] | None = None) -> tuple[list[int], list[float], float]:
+    """(tokens, seconds, relative RMS residual): a non-decreasing piecewise-linear T with corners at
+    `knots` (default: the probe lengths), fitted to the median TTFT per length by non-negative least
+    squares on relative error: T(l) = y0 + sum_j d_j * clip((l - x_{j-1}) / (x_j - x_{j-1}), 0, 1),
+    y0, d_j >= 0. With fewer knots than lengths, neighbouring lengths smooth each other's noise."""
+    from scipy.optimize import nnls
+
+    med = _by_length(rows)
+    x = np.array(list(med), float)
+    y = np.array(list(med.values()), float)
+    lo, hi = min(med), max(med)  # corners outside the probed lengths are dropped; both ends are corners
+    k = np.array(sorted({lo, hi, *(int(v) for v in (knots if knots is not None else med) if lo <= v <= hi)}), float)
+    basis = [np.ones_like(x)] + [np.clip((x - k[j - 1]) / (k[j] - k[j - 1]), 0.0, 1.0) for j in range(1, len(k))]
+    a = np.vstack(basis).T / y[:, None]
+    coef, _ = nnls(a, np.ones_like(y))
+    rel = a @ coef - 1.0
+    return k.astype(int).tolist(), np.cumsum(coef).tolist(), float(np.sqrt(np.mean(rel**2)))
+
+
+def prefill_curve(block: dict) -> Callable[[float], float]:
+    """T(l) of a fitted prefill block (`table` or `polynomial`)."""
+    if block["kind"] == "table":
+        return PiecewiseLinear(block["tokens"], block["seconds"], "calibration prefill")
+    return Polynomial(block["coefficients"], "calibration prefill")
 
 
 def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
@@ -145,20 +125,10 @@ def _fit_decode_per_batch(rows: list[dict]) -> tuple[list[float], float, float]:
     return steps, float(coef[nb]), float(np.sqrt(np.mean(rel**2)))
 
 
-def probe(url: str, *, lengths: list[int], repeats: int, batches: list[int], decode_prompts: list[int],
-          decode_tokens: int, seed: int, cached_prefixes: list[int], cached_new: list[int]) -> dict[str, list]:
-    """One round of probes (fresh random prompts): {"prefill", "decode", "cached"} rows."""
-    return asyncio.run(_probe(url, lengths, repeats, batches, decode_prompts, decode_tokens, seed, cached_prefixes,
-                              cached_new))
-
-
-def fit_prefix_attention(rounds: list[dict[str, list]], coefficients: list[float]) -> tuple[float, float]:
+def fit_prefix_attention(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tuple[float, float]:
     """(gamma, relative RMS residual): TTFT of n new tokens on a cached prefix of c, as
     T(n) + gamma * [T(c + n) - T(c) + T(0) - T(n)] with the fitted curve T; gamma in [0, 1]
     (1: the cost model's marginal cost; 0: as if the prefix were not there)."""
-    def t(x: float) -> float:
-        return coefficients[0] + coefficients[1] * x + coefficients[2] * x * x
-
     groups: dict[tuple, list[float]] = {}
     for r in (row for rd in rounds for row in rd.get("cached", [])):
         if np.isfinite(r["ttft_s"]):
@@ -174,19 +144,62 @@ def fit_prefix_attention(rounds: list[dict[str, list]], coefficients: list[float
     return gamma, float(np.sqrt(np.mean(rel**2)))
 
 
-def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,
-        decode_kind: str = "per_batch") -> dict:
-    """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds.
+def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tuple[float, list[dict]]:
+    """(wake_s, per length): what a prompt sent to an engine idle for a while takes beyond the
+    back-to-back curve T, the median over lengths of median(idle TTFT) - T(l), at least 0."""
+    idle = _by_length([row for r in rounds for row in r["prefill"]], "idle")
+    rows = [{"input_tokens": n, "idle_s": m, "busy_s": t(n), "extra_s": m - t(n)} for n, m in idle.items()]
+    return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
-    decode_kind: `per_batch` (a step per batch size + a context slope: llama.cpp's step is not
-    linear in the batch) or `linear` (base + per sequence + per context token)."""
+
+def checks(rounds: list[dict[str, list]], block: dict) -> dict[str, list[dict]]:
+    """Predictions of what no fit saw: held-out prefill lengths; a prompt beside k decoding streams
+    (the aggregated instance charges max(T(0), decode step(k)) + T(n) - T(0); 'absorbed' is the
+    alternative where the decodes ride free in the prompt's pass, T(n))."""
+    from harness.costmodel.decode import LinearDecode, PerBatchDecode
+
+    t = prefill_curve(block["prefill"])
+    dec = block["decode"]
+    step = (PerBatchDecode(dec["batch_step_s"], dec["per_token_s"]) if dec["kind"] == "per_batch"
+            else LinearDecode(dec["base_s"], dec["per_seq_s"], dec["per_token_s"]))
+    pre = [row for r in rounds for row in r["prefill"]]
+    held = [{"input_tokens": n, "measured_s": m, "predicted_s": t(n), "rel_error": t(n) / m - 1.0}
+            for n, m in _by_length(pre, "holdout").items()]
+    groups: dict[tuple[int, int], list[float]] = {}
+    for row in (row for r in rounds for row in r.get("mixed", [])):
+        if np.isfinite(row["ttft_s"]):
+            groups.setdefault((row["decoders"], row["input_tokens"]), []).append(row["ttft_s"])
+    mixed = []
+    for (k, n), v in sorted(groups.items()):
+        m = float(np.median(v))
+        ctx = k * (64 + 80)  # the decoders' context at the probe (64-token prompts, ~80 tokens in)
+        model = max(t(0), step(k, ctx)) + t(n) - t(0)
+        mixed.append({"decoders": k, "input_tokens": n, "measured_s": m, "predicted_s": model,
+                      "rel_error": model / m - 1.0, "absorbed_s": t(n), "absorbed_rel_error": t(n) / m - 1.0})
+    return {"prefill_holdout": held, "mixed": mixed}
+
+
+def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,
+        decode_kind: str = "per_batch", prefill_kind: str = "table", knots: list[int] | None = None) -> dict:
+    """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds (the
+    `fit` rows; held-out and mixed probes are only checked, see `checks`)."""
     pre = [row for r in rounds for row in r["prefill"]]
     dec = [row for r in rounds for row in r["decode"]]
-    (c0, c1, c2), pre_rms = _fit_prefill(pre)
-    lengths = sorted({row["input_tokens"] for row in pre})
+    lengths = sorted({row["input_tokens"] for row in pre if row.get("role", "fit") == "fit"})
     batches = sorted({row["batch"] for row in dec})
     prompts = sorted({row["prompt_tokens"] for row in dec})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    what = (f"[M] fitted {stamp} to the median client TTFT (the load generator's own client) of single fresh "
+            f"prompts at {lengths} tokens ({source})")
+    if prefill_kind == "table":
+        tokens, seconds, pre_rms = _fit_prefill_table(pre, knots)
+        prefill: dict = {"kind": "table", "tokens": tokens, "seconds": seconds,
+                         "provenance": f"{what}; non-decreasing piecewise-linear, corners at {tokens}, relative "
+                                       f"least squares; relative RMS residual {pre_rms:.3f}"}
+    else:
+        coefficients, pre_rms = _fit_prefill(pre)
+        prefill = {"kind": "polynomial", "coefficients": coefficients,
+                   "provenance": f"{what}; relative RMS residual {pre_rms:.3f}"}
     how = (f"fitted {stamp} to the engine's generation time per token of N={batches} concurrent streams at "
            f"{prompts}-token prompts ({source})")
     if decode_kind == "per_batch":
@@ -197,10 +210,4 @@ def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str
         decode = {"kind": "linear", "base_s": base, "per_seq_s": per_seq, "per_token_s": per_tok}
     decode.update({"bs_max": slots, "provenance": f"[M] {how}; relative RMS residual {dec_rms:.3f}; "
                                                   f"bs_max = the engine's slots"})
-    return {hardware: {
-        "gpus_per_instance": 1,
-        "prefill": {"kind": "polynomial", "coefficients": [c0, c1, c2],
-                    "provenance": f"[M] fitted {stamp} to client TTFT of {len(pre)} single fresh prompts at "
-                                  f"{lengths} tokens ({source}); relative RMS residual {pre_rms:.3f}"},
-        "decode": decode,
-    }}
+    return {hardware: {"gpus_per_instance": 1, "prefill": prefill, "decode": decode}}

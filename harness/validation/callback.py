@@ -61,13 +61,17 @@ def _prefix_attention() -> float:
     return float(_STATE.get("prefix_attention", 1.0))
 
 
+def _wake() -> float:
+    return float(_STATE.get("wake_s", 0.0))
+
+
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
 
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
-                   ("validate_prefix_attention", _prefix_attention)):
+                   ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -107,6 +111,11 @@ class ValidateCallback(Callback):
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         self.url = str(config.target.url) if config.target.url else ""
+        nice = config.experiment.engine.get("nice")
+        if nice is not None:  # before the engine starts: it inherits this process's niceness
+            from harness.engine.server import set_niceness
+
+            self.meta["nice"] = set_niceness(int(nice), "experiment.engine.nice")
         if self.url:
             self.meta["engine"] = {"url": self.url, "started_here": False}
         else:
@@ -171,14 +180,12 @@ class ValidateCallback(Callback):
 
     def _probe_round(self, config: DictConfig, tag: str) -> None:
         """Probe the engine now (probe prompts only); the raw rows go to calibration/<tag>/probes.json."""
-        from harness.validation.calibrate import probe
+        from harness.validation.probes import probe
 
         cal = config.experiment.calibration
         t0 = time.monotonic()
-        raw = probe(self.url, lengths=list(cal.lengths), repeats=int(cal.repeats), batches=list(cal.batches),
-                    decode_prompts=list(cal.decode_prompts), decode_tokens=int(cal.decode_tokens),
-                    seed=int(cal.seed) + len(self.rounds), cached_prefixes=list(cal.cached_prefixes),
-                    cached_new=list(cal.cached_new))
+        raw = probe(self.url, cal, config.target, config.loadgen, block_tokens=int(config.workload.block_tokens),
+                    seed=int(cal.seed) + len(self.rounds))
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "probes.json").write_text(json.dumps(raw, indent=1))
@@ -187,25 +194,41 @@ class ValidateCallback(Callback):
                                                    "at": time.strftime("%H:%M:%SZ", time.gmtime())})
 
     def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
-        from harness.validation.calibrate import fit, fit_prefix_attention
+        from harness.validation.calibrate import checks, fit, fit_prefix_attention, fit_wake, prefill_curve
 
+        cal = config.experiment.calibration
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
-                       source=f"llama-server at {self.url}, probe rounds {tag}",
-                       decode_kind=str(config.experiment.calibration.decode_kind))
+                       source=f"llama-server at {self.url}, probe rounds {tag}", decode_kind=str(cal.decode_kind),
+                       prefill_kind=str(cal.prefill_kind),
+                       knots=[int(k) for k in cal.knots] if cal.get("knots") else None)
         _STATE["profiles"] = profiles
-        coefficients = next(iter(profiles.values()))["prefill"]["coefficients"]
-        gamma, residual = fit_prefix_attention(rounds, coefficients)
+        block = next(iter(profiles.values()))
+        gamma, residual = fit_prefix_attention(rounds, prefill_curve(block["prefill"]))
         _STATE["prefix_attention"] = gamma
         self.meta.setdefault("prefix_attention", {})[tag] = {
             "value": gamma, "relative_rms_residual": residual,
             "provenance": "[M] fitted to TTFT of new tokens on a cached probe prefix "
-                          f"({list(config.experiment.calibration.cached_prefixes)} x "
-                          f"{list(config.experiment.calibration.cached_new)} tokens), probe rounds {tag}"}
+                          f"({list(cal.cached_prefixes)} x {list(cal.cached_new)} tokens), probe rounds {tag}"}
+        wake, wake_rows = fit_wake(rounds, prefill_curve(block["prefill"]))
+        _STATE["wake_s"] = wake
+        self.meta.setdefault("wake_s", {})[tag] = {
+            "value": wake, "by_length": wake_rows,
+            "provenance": f"[M] median over {[r['input_tokens'] for r in wake_rows]} tokens of (TTFT after "
+                          f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
+        print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
+        found = checks(rounds, block)
+        self.meta.setdefault("checks", {})[tag] = found
+        for c in found["prefill_holdout"]:
+            print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "
+                  f"predicted {c['predicted_s'] * 1e3:.1f} ms ({c['rel_error']:+.1%})", flush=True)
+        for c in found["mixed"]:
+            print(f"[{tag}] prompt {c['input_tokens']} beside {c['decoders']} decoding: measured "
+                  f"{c['measured_s'] * 1e3:.1f} ms, model {c['predicted_s'] * 1e3:.1f} ms ({c['rel_error']:+.1%}), "
+                  f"decodes absorbed {c['absorbed_s'] * 1e3:.1f} ms ({c['absorbed_rel_error']:+.1%})", flush=True)
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))
         self.meta.setdefault("profiles", {})[tag] = profiles
-
 
     def _capacity(self, config: DictConfig) -> None:
         from harness.runs.sim import run_sim

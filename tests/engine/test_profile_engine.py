@@ -6,11 +6,12 @@ CPU seconds): on this shared 2-core machine the wall clock of the server (its ow
 stretches 2-6x with the other processes' load, which no fit can predict; the CPU clock does not.
 The wall-clock version of the check needs a quiet machine (reported by `harness-profile`, not asserted).
 
-The decode held-out batch is measured and reported but not held to 10% here: this engine's step is
-not linear in the batch (1 thread, CPU clock: ~2.4 ms alone, ~7.0 / 7.8 / 8.5 ms for 2 / 3 / 4 streams
-of 64-token prompts: a fast single-sequence path), so the cost model's linear form misses batch 1 and
-its prediction for batch 3 lands 5-20% off depending on the context. That is a finding about the
-model form (reported in profile.json and the written provenance), not a tolerance to widen.
+The decode step is fitted per batch size (`profile.decode.kind: per_batch`, what validate_engine
+uses): this engine's step is not linear in the batch (1 thread, CPU clock: ~2.4 ms alone, ~7.0 /
+7.8 / 8.5 ms for 2 / 3 / 4 streams of 64-token prompts: a fast single-sequence path), so the linear
+form missed batch 1 and its batch-3 prediction landed 5-20% off. The held-out batch 3 is predicted by
+interpolating between the fitted 2 and 4; its error is measured and reported (profile.json, the
+written provenance), not held to 10% here: on a loaded machine one held-out group of 2 probes is noisy.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def test_harness_profile_fits_the_engine_and_predicts_held_out_probes(engine_ser
     # The engine's step grows with the batch: a constant step would be the wrong model.
     steps = doc["decode"]["median_step_s"]
     assert steps["4x64"] > 1.5 * steps["1x64"] and steps["4x768"] > 1.5 * steps["1x768"]
-    assert doc["decode"]["per_seq_s"] > 0
+    assert doc["decode"]["kind"] == "per_batch" and doc["decode"]["b4"] > doc["decode"]["b1"]
     checks = {(c["probe"], c.get("batch"), c["input_tokens"]): c for c in doc["holdout"]}
     assert {("prefill", None, 384), ("prefill", None, 768), ("decode", 3, 64), ("decode", 3, 768)} == set(checks)
     for c in doc["holdout"]:
@@ -60,6 +61,8 @@ def test_harness_profile_fits_the_engine_and_predicts_held_out_probes(engine_ser
                                        "v_head_dim": 64}  # the GGUF's own dims
     prof = model["profiles"]["cpu_local"]
     assert prof["prefill"]["kind"] == "polynomial" and len(prof["prefill"]["coefficients"]) == 3
-    assert prof["decode"]["kind"] == "linear" and prof["decode"]["bs_max"] == SLOTS
+    assert prof["decode"]["kind"] == "per_batch" and prof["decode"]["bs_max"] == SLOTS
+    assert len(prof["decode"]["batch_step_s"]) == SLOTS
+    assert "batch sizes [1, 2, 4] fitted" in prof["decode"]["provenance"]
     assert {"engine", "model_file", "date", "machine", "prefill", "decode", "design"} <= set(model["provenance"])
     assert "InstanceProfile(engine_test on 1xcpu_local" in doc["loads_as"]  # build_profile took it

@@ -20,7 +20,9 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.calibration.batches=[1,2]", "experiment.calibration.decode_prompts=[64,256]",
         "experiment.calibration.decode_tokens=24", "workload.output_lengths.high=32", "workload.output_lengths.mu=3.0",
         "workload.input_lengths.high=512", "workload.shared_prompt_tokens=512",
-        "experiment.calibration.cached_prefixes=[256]", "experiment.calibration.cached_new=[64]"]
+        "experiment.calibration.cached_prefixes=[256]", "experiment.calibration.cached_new=[64]",
+        "experiment.calibration.holdout_lengths=[]", "experiment.calibration.mixed.decoders=[]",
+        "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]"]
 
 
 def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):

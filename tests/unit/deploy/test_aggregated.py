@@ -217,3 +217,23 @@ def test_sim_run_reuses_shared_prompts_of_a_workload_that_shares_blocks(compose_
     # every shared-prompt request but the first finds the 512-token prompt in the cache
     assert (frame.loc[shared, "cached_tokens"] == 512).sum() == shared.sum() - 1
     assert (frame.loc[~shared, "cached_tokens"] == 0).all()
+
+
+def test_a_request_waking_an_instance_idle_long_enough_pays_wake_s_and_only_then(profile):
+    """Idle >= wake_after_s before an arrival: its first step starts wake_s late. Arrivals while busy,
+    or after a shorter idle spell, start at once."""
+    clock, dep = _deployment(profile, wake_s=0.03, wake_after_s=0.5)
+    e2e0 = T(100) + 3 * step(1, 100)  # request 0 alone: prefill, then 3 more tokens
+    recs = _offer(clock, dep, [_req(0, 0.0, 100, 4),            # the first arrival: idle since ever
+                               _req(1, 0.0 + 0.03 + e2e0 + 0.2, 100, 4),   # idle 0.2 s < 0.5 s: no wake
+                               _req(2, 10.0, 100, 4),           # idle for seconds: wakes
+                               _req(3, 10.01, 100, 4)])         # arrives during request 2's wake-up
+    assert recs[0]["ttft_s"] == pytest.approx(0.03 + T(100))
+    assert recs[1]["ttft_s"] == pytest.approx(T(100))
+    # request 3 joined request 2 in the step after the wake-up: one prefill step of both prompts
+    assert recs[2]["ttft_s"] == pytest.approx(0.03 + T(100) + (T(100) - T(0)))
+    assert recs[3]["first_token_s"] == pytest.approx(recs[2]["first_token_s"])
+    bad = OmegaConf.create({"deployment": {"name": "a", "hardware": HARDWARE, "slots": 2, "wake_s": -1},
+                            "model": MODEL, "workload": {}})
+    with pytest.raises(InputError, match=r"wake_s must be a number >= 0"):
+        build_aggregated(bad, VirtualClock())

@@ -26,7 +26,8 @@ def _rounds(c, d, noise=0.0, seed=0):
 
 def test_fit_recovers_known_curves_and_builds_a_profile():
     c, d = (0.02, 6e-4, 3e-7), (0.003, 0.0012, 2e-7)
-    block = fit(_rounds(c, d), hardware="cpu_local", slots=4, source="test", decode_kind="linear")
+    block = fit(_rounds(c, d), hardware="cpu_local", slots=4, source="test", decode_kind="linear",
+                prefill_kind="polynomial")
     got = block["cpu_local"]
     assert got["prefill"]["coefficients"] == pytest.approx(list(c), rel=1e-6)
     assert [got["decode"][k] for k in ("base_s", "per_seq_s", "per_token_s")] == pytest.approx(list(d), rel=1e-6)
@@ -54,7 +55,7 @@ def test_per_batch_fit_recovers_a_step_that_is_not_linear_in_the_batch():
 
 def test_fit_never_returns_negative_terms_on_noisy_probes():
     block = fit(_rounds((0.0, 6e-4, 1e-9), (0.003, 0.0, 0.0), noise=0.1, seed=3), hardware="h", slots=2, source="t",
-                decode_kind="linear")
+                decode_kind="linear", prefill_kind="polynomial")
     assert min(block["h"]["prefill"]["coefficients"]) >= 0
     assert min(block["h"]["decode"][k] for k in ("base_s", "per_seq_s", "per_token_s")) >= 0
 

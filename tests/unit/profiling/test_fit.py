@@ -99,3 +99,20 @@ def test_decode_window_takes_the_span_where_every_stream_decodes():
 
 def test_decode_window_is_none_when_the_streams_barely_overlap():
     assert decode_window([_stream(0.0, 0.01, 10), _stream(0.085, 0.01, 10)], [8, 8]) is None
+
+
+def test_per_batch_decode_fit_interpolates_a_batch_size_it_never_saw():
+    from harness.profiling.fit import batch_steps, fit_decode_per_batch
+
+    true = {1: 0.0024, 2: 0.0070, 3: 0.0078, 4: 0.0085}  # not linear in the batch (a fast single-sequence path)
+    per_token = 2e-7
+    rows = [(b, b * (p + 32)) for b in (1, 2, 4) for p in (64, 1536)]
+    y = [true[b] + per_token * c for b, c in rows]
+    fit = fit_decode_per_batch([b for b, _ in rows], [c for _, c in rows], y, max_batch=6)
+    steps = batch_steps(fit)
+    assert steps[:2] == pytest.approx([true[1], true[2]], rel=1e-6) and steps[3] == pytest.approx(true[4], rel=1e-6)
+    assert steps[2] == pytest.approx((true[2] + true[4]) / 2, rel=1e-6)  # 3: between its fitted neighbours
+    assert steps[4] == pytest.approx(true[4] + (true[4] - true[2]) / 2, rel=1e-6)  # beyond: the last increment
+    assert fit.params["per_token_s"] == pytest.approx(per_token, rel=1e-6) and fit.rms_rel < 1e-9
+    held = predict_decode(fit, 3, 3 * 96)
+    assert held == pytest.approx(true[3] + per_token * 3 * 96, rel=0.02)  # within 2% of the unseen truth here

@@ -1,0 +1,162 @@
+"""One round of calibration probes, sent through the load generator itself.
+
+Every probe is a `Request` offered by `harness.loadgen.run.drive`: the same prompt builder, request
+body, HTTP client, connection pool and SSE parsing as the validation runs, so a probe's TTFT
+carries exactly the client-side overhead a validation request's does (the fitted prefill curve
+includes it). Probe prompts are never the validation workload: their hash ids live in their own
+range (fresh prompts, nothing cached), except where a probe means to reuse its own prefix.
+
+Rows (plain dicts, saved to calibration/<tag>/probes.json):
+- prefill: one request in flight, max_tokens=1, lengths `lengths` (role fit) and `holdout_lengths`
+  (role holdout: never fitted, predicted), interleaved in a seeded random order, back to back; then
+  `idle.lengths` each after `idle.gap_s` of idle engine (role idle: what waking from idle adds);
+- cached: a fresh prefix of c tokens, then that prefix + n new tokens;
+- decode: b streams started together (b x prompt <= the engine's batch, so all b prompts go in one
+  step and the b streams decode side by side); the step is the engine's own generation time per
+  token (timings.predicted_ms / predicted_n), averaged over the b streams;
+- mixed: a prompt of l tokens sent while k streams decode: what a prompt costs beside decodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import time
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.workload.request import Request, n_blocks
+
+_PROBE_IDS = 0x7E57 << 44  # hash ids of probe prompts: far from any workload's
+
+
+class _Ids:
+    """Fresh block ids: a prompt built from them shares no token run with anything sent before."""
+
+    def __init__(self, seed: int, salt: int) -> None:
+        # The engine's prefix cache outlives a run: the salt (the clock at the round's start) keeps a
+        # round's prompts fresh on an engine that served an earlier round with the same seed.
+        self.next = _PROBE_IDS + ((seed * 1_000_003 + salt) % (1 << 40)) * (1 << 20)
+
+    def take(self, tokens: int, block_tokens: int) -> tuple[int, ...]:
+        k = int(n_blocks(tokens, block_tokens))
+        ids = tuple(range(self.next, self.next + k))
+        self.next += k
+        return ids
+
+
+def _cfgs(target: DictConfig, loadgen: DictConfig, url: str) -> tuple[DictConfig, DictConfig]:
+    tcfg, lg = copy.deepcopy(target), copy.deepcopy(loadgen)
+    with open_dict(tcfg), open_dict(lg):
+        tcfg.url, tcfg.time_scale = url, 1.0
+        lg.warmup_s, lg.max_duration_s, lg.progress = 0.0, None, False
+        lg.max_concurrency, lg.status_every_s = None, 0.0
+    return tcfg, lg
+
+
+class ProbeRound:
+    def __init__(self, url: str, target: DictConfig, loadgen: DictConfig, block_tokens: int, seed: int) -> None:
+        self.tcfg, self.lg = _cfgs(target, loadgen, url)
+        self.url, self.block = url, block_tokens
+        self.salt = time.time_ns() // 1000
+        self.ids = _Ids(seed, self.salt)
+        self.rng = np.random.default_rng(seed)
+        self.model: str | None = None
+
+    def fresh(self, rid: int, at: float, tokens: int, out: int, prefix: tuple[int, ...] = ()) -> Request:
+        own = self.ids.take(tokens, self.block)[len(prefix):]
+        return Request(rid, at, tokens, out, prefix + own)
+
+    async def send(self, requests: list[Request], *, one_at_a_time: bool) -> list[dict[str, Any]]:
+        """The requests' requests.parquet rows (in request-id order)."""
+        from harness.loadgen.run import client_rows, drive
+
+        load = await drive(requests, self.url, self.tcfg, self.lg, mode="url",
+                           concurrency=1 if one_at_a_time else None, model=self.model, label="probe",
+                           block_tokens=self.block)
+        self.model = load.model
+        rows, _, _ = client_rows(load)
+        return sorted(rows, key=lambda r: r["request_id"])
+
+
+def _ok(row: dict[str, Any]) -> bool:
+    return row.get("error") is None and row.get("ttft_s") is not None and math.isfinite(float(row["ttft_s"]))
+
+
+def _ms(row: dict[str, Any], key: str) -> float:
+    value = row.get(f"engine_{key}")
+    return float(value) if value is not None else math.nan
+
+
+async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: DictConfig, *, block_tokens: int,
+                      seed: int) -> dict[str, Any]:
+    p = ProbeRound(url, target, loadgen, block_tokens, seed)
+    await p.send([p.fresh(0, 0.0, 64, 4)], one_at_a_time=True)  # warm-up (and the model's name)
+    # (1) prefill: fitted and held-out lengths, interleaved in a seeded random order
+    plan = [(int(n), "fit") for n in cal.lengths for _ in range(int(cal.repeats))]
+    plan += [(int(n), "holdout") for n in (cal.get("holdout_lengths") or []) for _ in range(int(cal.repeats))]
+    order = p.rng.permutation(len(plan)).tolist()
+    reqs = [p.fresh(i, float(i), plan[j][0], 1) for i, j in enumerate(order)]
+    prefill = [{"input_tokens": plan[j][0], "role": plan[j][1],
+                "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
+                "server_prompt_s": _ms(r, "prompt_ms") / 1e3, "error": r.get("error")}
+               for j, r in zip(order, await p.send(reqs, one_at_a_time=True), strict=True)]
+    # (1b) the same, each after the engine sat idle `idle.gap_s` (a request at low load finds it so)
+    idle = cal.get("idle") or {}
+    for _ in range(int(cal.repeats)):
+        for n in idle.get("lengths") or []:
+            await asyncio.sleep(float(idle.get("gap_s", 1.5)))
+            (r,) = await p.send([p.fresh(0, 0.0, int(n), 1)], one_at_a_time=True)
+            prefill.append({"input_tokens": int(n), "role": "idle",
+                            "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
+                            "server_prompt_s": _ms(r, "prompt_ms") / 1e3, "error": r.get("error")})
+    # (2) cached prefix + new tokens
+    reqs, keys = [], []
+    for _ in range(int(cal.repeats)):
+        for c in cal.cached_prefixes:
+            for n in cal.cached_new:
+                seed_req = p.fresh(len(reqs), float(len(reqs)), int(c), 1)
+                reqs.append(seed_req)
+                reqs.append(p.fresh(len(reqs), float(len(reqs)), int(c) + int(n), 1, seed_req.hash_ids))
+                keys.append((int(c), int(n)))
+    rows = await p.send(reqs, one_at_a_time=True) if reqs else []
+    cached = [{"cached_tokens": c, "new_tokens": n, "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
+               "server_cache_n": r.get("engine_cache_n")} for (c, n), r in zip(keys, rows[1::2], strict=True)]
+    # (3) decode steps: b streams started together
+    decode = []
+    for _ in range(int(cal.repeats)):
+        for prompt in cal.decode_prompts:
+            for b in cal.batches:
+                reqs = [p.fresh(i, 0.0, int(prompt), int(cal.decode_tokens)) for i in range(int(b))]
+                runs = await p.send(reqs, one_at_a_time=False)
+                per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
+                             if _ok(r) and _ms(r, "predicted_n") > 0]
+                if per_token:
+                    decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
+                                   "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
+    # (4) a prompt beside k decoding streams (checked, not fitted)
+    mixed = []
+    mix = cal.get("mixed") or {}
+    for _ in range(int(cal.repeats)):
+        for k in mix.get("decoders") or []:
+            for n in mix.get("lengths") or []:
+                reqs = [p.fresh(i, 0.0, 64, int(mix.get("decode_tokens", 160))) for i in range(int(k))]
+                reqs.append(p.fresh(int(k), float(mix.get("delay_s", 0.15)), int(n), 1))
+                rows = await p.send(reqs, one_at_a_time=False)
+                r = rows[-1]
+                mixed.append({"decoders": int(k), "input_tokens": int(n),
+                              "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
+                              "server_prompt_s": _ms(r, "prompt_ms") / 1e3})
+    return {"prefill": prefill, "decode": decode, "cached": cached, "mixed": mixed,
+            "ids": {"seed": seed, "salt": p.salt}}
+
+
+def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0) -> dict[str, Any]:
+    """One round of probes against `url` (blocking): {"prefill", "decode", "cached", "mixed"} rows."""
+    cal = cal if isinstance(cal, DictConfig) else OmegaConf.create(cal)
+    target = target if isinstance(target, DictConfig) else OmegaConf.create(target)
+    loadgen = loadgen if isinstance(loadgen, DictConfig) else OmegaConf.create(loadgen)
+    return asyncio.run(probe_round(url, cal, target, loadgen, block_tokens=block_tokens, seed=seed))

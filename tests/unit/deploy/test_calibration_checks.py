@@ -1,0 +1,100 @@
+"""The validation calibration's prefill table fit, its held-out and mixed-step checks, and the
+niceness option (no engine: probe rows are made here)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from harness.costmodel import build_profile
+from harness.engine.server import set_niceness
+from harness.errors import InputError
+from harness.validation.calibrate import checks, fit, prefill_curve
+
+from .test_aggregated import HARDWARE, MODEL
+
+LENGTHS = (32, 64, 128, 192, 256, 384, 512, 640, 768, 1024, 1536, 2048)
+
+
+def _ubatch_curve(n: float) -> float:
+    """A llama.cpp-like prefill: a per-token cost, a per-512-token-ubatch cost, attention growing with n."""
+    return 0.002 + 2.5e-4 * n + 0.004 * np.ceil(n / 512) + 8e-8 * n * n
+
+
+def _round(curve, noise=0.0, seed=0, holdout=(96, 320, 896, 1280)):
+    rng = np.random.default_rng(seed)
+    pre = [{"input_tokens": n, "role": role, "ttft_s": curve(n) * (1 + noise * rng.standard_normal())}
+           for role, ls in (("fit", LENGTHS), ("holdout", holdout)) for n in ls for _ in range(3)]
+    dec = [{"batch": b, "prompt_tokens": p, "context_tokens": b * (p + 32), "step_s": s}
+           for b, s in ((1, 0.002), (2, 0.007), (3, 0.0085), (4, 0.009)) for p in (128, 448)]
+    return {"prefill": pre, "decode": dec, "cached": [], "mixed": []}
+
+
+def test_table_fit_through_every_length_reproduces_the_probe_medians():
+    block = fit([_round(_ubatch_curve)], hardware="h", slots=4, source="t")["h"]["prefill"]
+    assert block["kind"] == "table" and block["tokens"] == list(LENGTHS)
+    assert block["seconds"] == pytest.approx([_ubatch_curve(n) for n in LENGTHS], rel=1e-6)
+
+
+def test_table_with_corners_predicts_held_out_lengths_of_an_ubatch_curve():
+    """Held-out lengths (never fitted) are predicted from the fitted corners, within 5% here."""
+    rounds = [_round(_ubatch_curve)]
+    knots = [32, 128, 256, 512, 1024, 2048]
+    table = fit(rounds, hardware="h", slots=4, source="t", knots=knots)["h"]
+    assert table["prefill"]["tokens"] == knots
+    held = checks(rounds, table)["prefill_holdout"]
+    assert [c["input_tokens"] for c in held] == [96, 320, 896, 1280]
+    assert max(abs(c["rel_error"]) for c in held) < 0.05
+
+
+def test_table_fit_is_non_decreasing_on_noisy_probes_and_builds_a_profile():
+    block = fit([_round(_ubatch_curve, noise=0.15, seed=4)], hardware="cpu_local", slots=4, source="t",
+                knots=[32, 128, 512, 2048, 9999])
+    pre = block["cpu_local"]["prefill"]
+    assert pre["tokens"] == [32, 128, 512, 2048]  # corners beyond the probed lengths are dropped
+    assert all(b >= a for a, b in zip(pre["seconds"], pre["seconds"][1:], strict=False))
+    profile = build_profile(OmegaConf.create({**MODEL, "profiles": block}), OmegaConf.create(HARDWARE),
+                            gpus_per_instance=1)
+    assert profile.prefill_s(512) == pytest.approx(pre["seconds"][2])
+    assert profile.prefill_s(100, 412) == pytest.approx(pre["seconds"][2] - prefill_curve(pre)(412) +
+                                                        prefill_curve(pre)(0))
+
+
+def test_mixed_check_compares_the_measured_prompt_with_the_models_mixed_step():
+    rd = _round(_ubatch_curve)
+    rd["mixed"] = [{"decoders": 3, "input_tokens": 256, "ttft_s": 0.2, "server_prompt_s": 0.19}] * 2
+    block = fit([rd], hardware="h", slots=4, source="t")["h"]
+    (c,) = checks([rd], block)["mixed"]
+    t = prefill_curve(block["prefill"])
+    assert c["measured_s"] == 0.2 and c["absorbed_s"] == pytest.approx(t(256))
+    # the decode step of 3 sequences (8.5 ms) exceeds T(0) (~6 ms): the model charges the difference too
+    assert c["absorbed_s"] + 0.001 < c["predicted_s"] < c["absorbed_s"] + 0.0085
+    assert c["rel_error"] == pytest.approx(c["predicted_s"] / 0.2 - 1)
+
+
+def test_niceness_is_applied_or_refused_in_one_line(monkeypatch):
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    assert set_niceness(now + 1, "experiment.engine.nice") == {"before": now, "after": now + 1}
+
+    def refuse(which, who, value):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    with pytest.raises(InputError, match=r"^experiment.engine.nice=-10: cannot set .*Operation not permitted.*null$"):
+        set_niceness(-10, "experiment.engine.nice")
+
+
+def test_wake_is_what_idle_gapped_probes_take_beyond_the_back_to_back_curve():
+    from harness.validation.calibrate import fit_wake
+
+    rd = _round(_ubatch_curve)
+    rd["prefill"] += [{"input_tokens": n, "role": "idle", "ttft_s": _ubatch_curve(n) + extra}
+                      for n, extra in ((128, 0.020), (512, 0.030), (1024, 0.025)) for _ in range(2)]
+    block = fit([rd], hardware="h", slots=4, source="t")["h"]  # idle probes never enter the curve
+    assert block["prefill"]["tokens"] == list(LENGTHS)
+    wake, rows = fit_wake([rd], prefill_curve(block["prefill"]))
+    assert wake == pytest.approx(0.025, rel=1e-6) and [r["input_tokens"] for r in rows] == [128, 512, 1024]
+    assert fit_wake([_round(_ubatch_curve)], prefill_curve(block["prefill"]))[0] == 0.0  # no idle probes: none
