@@ -27,13 +27,15 @@ plan: $(STAMP)
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
 
-# Two workers (this machine has 2 cores); module-scoped fixtures stay on one worker (--dist loadscope).
+# Two workers (this machine has 2 cores); module-scoped fixtures stay on one worker (--dist loadscope),
+# modules handed out longest first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order).
+PYTEST_XDIST := -n 2 --dist loadscope --no-loadscope-reorder
 test: $(STAMP) engine
-	$(PY) -m pytest -q -n 2 --dist loadscope
+	$(PY) -m pytest -q $(PYTEST_XDIST)
 
 # The suite with two CPU-burning processes beside it: the check that no test depends on a quiet machine.
 test-busy: $(STAMP) engine
-	PY=$(PY) tools/busy_test.sh
+	PY=$(PY) PYTEST_XDIST='$(PYTEST_XDIST)' tools/busy_test.sh
 
 # Linters and the type checker (configured in pyproject.toml); .ci/run calls it after the tests.
 lint: $(STAMP)
