@@ -13,4 +13,5 @@ for _ in $(seq "${BURNERS:-2}"); do
   burners+=($!)
 done
 echo "busy_test: ${#burners[@]} CPU burners running (pids ${burners[*]})"
-"$PY" -m pytest -q -n 2 --dist loadscope "$@"
+# shellcheck disable=SC2086  # the xdist options are words
+"$PY" -m pytest -q ${PYTEST_XDIST:--n 2 --dist loadscope --no-loadscope-reorder} "$@"

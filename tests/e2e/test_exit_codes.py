@@ -180,6 +180,10 @@ def _catches(pid: int, sig: int) -> bool:
     return False
 
 
+_EXEC_WITH_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execv(sys.argv[1], sys.argv[1:])")
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15, 0.3, 0.6, 1.0, 2.0])
@@ -188,8 +192,12 @@ def test_a_signal_at_any_moment_is_exit_130_without_a_traceback(tmp_path, sig, d
     planning, the simulation or writing. Either the run had already finished (0), or it stops with
     130 and at most one stderr line."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "workload.num_requests=20000", "loadgen.progress=false",
-                             "analysis.figures=false", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+    argv = [sys.executable, "-m", "harness", "workload.num_requests=20000", "loadgen.progress=false",
+            "analysis.figures=false", f"hydra.run.dir={run_dir}"]
+    # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background (`make test &`) has it
+    # ignored, the child would inherit that and run all 20,000 requests to exit 0, testing nothing.
+    # The same process (exec) with SIGINT at its default, then the harness.
+    proc = subprocess.Popen([sys.executable, "-c", _EXEC_WITH_SIGINT, *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -100,7 +100,22 @@ def _harness(args: list[str], env: dict[str, str], timeout_s: float = 300.0) -> 
 
 
 @pytest.fixture(scope="module")
-def ray_head() -> Iterator[tuple[str, dict[str, str], int]]:
+def basic_sweep_started(tmp_path_factory) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """The same sweep under the basic launcher, started first: it runs while the Ray head boots."""
+    out = tmp_path_factory.mktemp("basic") / "sweep"
+    with (out.parent / "harness.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "-m", *SWEEP, "hydra/launcher=basic",
+                                 f"hydra.sweep.dir={out}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield out, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def ray_head(basic_sweep_started) -> Iterator[tuple[str, dict[str, str], int]]:
     with local_ray_head() as head:
         yield head
 
@@ -116,10 +131,14 @@ def ray_sweep(ray_head, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def basic_sweep(tmp_path_factory):
-    out = tmp_path_factory.mktemp("basic") / "sweep"
-    proc = _harness([*SWEEP, "hydra/launcher=basic", f"hydra.sweep.dir={out}"], dict(os.environ))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def basic_sweep(basic_sweep_started):
+    out, proc = basic_sweep_started
+    try:
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out.parent / "harness.log").read_text()[-6000:]
     return out
 
 
