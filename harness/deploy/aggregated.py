@@ -21,7 +21,10 @@ request reused a prefix whose owners were all still decoding); or `finish`, when
 cached prefix costs, in [0, 1]; 1: the cost model's `T(c + k) - T(c)`; an engine's own is measured by
 the validate_engine calibration), `wake_s` (extra time of the first step after an instance sat idle
 for at least `wake_after_s`: an engine woken from idle is slower than one kept busy; measured by the
-validate_engine calibration as idle-gapped probes minus back-to-back ones).
+validate_engine calibration as idle-gapped probes minus back-to-back ones), `mixed_prompt_factor`
+(what prompt work costs in a step beside decoding sequences, over what it costs alone, >= 1; 1: the same.
+llama-server measured 1.08-1.28 here on a quiet machine: a prompt beside decodes is processed slower than
+alone; measured by the validate_engine calibration from prompts sent beside decoding streams).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
 
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
-        "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s")
+        "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -55,7 +58,7 @@ class AggregatedDeployment:
                  chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
                  cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
                  prefix_attention: float = 1.0, mode: str = "sim", wake_s: float = 0.0,
-                 wake_after_s: float = 0.0) -> None:
+                 wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -65,7 +68,8 @@ class AggregatedDeployment:
         self.instances = [
             AggregatedInstance(f"agg{i}", clock, profile, slots=slots, chunk_tokens=chunk_tokens,
                                admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish,
-                               prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s)
+                               prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s,
+                               mixed_prompt_factor=mixed_prompt_factor)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -186,6 +190,10 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         value = dep.get(key, 0.0)
         require(isinstance(value, (int, float)) and value >= 0.0, f"{where}.{key} must be a number >= 0 (seconds), "
                                                                    f"got {value!r}")
+    mixed = dep.get("mixed_prompt_factor", 1.0)
+    require(isinstance(mixed, (int, float)) and mixed >= 1.0,
+            f"{where}.mixed_prompt_factor must be a number >= 1 (1: prompt work beside decodes costs what it "
+            f"does alone), got {mixed!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -195,6 +203,7 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         chunk_tokens=chunk, block_tokens=int(cfg.workload.get("block_tokens", 512)),
         prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
         shared_after=shared_after, prefix_attention=float(attention), mode=mode,
-        wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)))
+        wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
+        mixed_prompt_factor=float(mixed))
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

@@ -11,7 +11,9 @@ prompts). Prompt chunks go to requests in admission order. A step's time comes f
 where a request has `c` prompt tokens already in its KV (cached prefix or earlier chunks) and `k`
 in this step, `T` is the prefill curve, and `base` is the larger of `T(0)` (the fixed per-pass
 cost) and the decode step `decode_step_s(b, context)` of the `b` decoding requests (`T(0)` when
-none decodes). A step without prompt work is the decode step alone. A lone
+none decodes); with decoding requests in the step the prompt sum is multiplied by
+`mixed_prompt_factor` (>= 1: an engine may process a prompt slower beside decodes than alone, as
+llama-server does). A step without prompt work is the decode step alone. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
 
 A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
@@ -51,7 +53,7 @@ class AggregatedInstance:
     def __init__(self, name: str, clock: Clock, profile, *, slots: int, chunk_tokens: int | None,
                  admit: Callable[[Job], None], on_first_token: Callable[[Job], None],
                  on_done: Callable[[Job], None], prefix_attention: float = 1.0, wake_s: float = 0.0,
-                 wake_after_s: float = 0.0) -> None:
+                 wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -59,6 +61,7 @@ class AggregatedInstance:
         self.chunk_tokens = chunk_tokens
         self.prefix_attention = prefix_attention
         self.wake_s, self.wake_after_s = wake_s, wake_after_s
+        self.mixed_prompt_factor = mixed_prompt_factor  # prompt work beside decodes costs this much more
         self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
@@ -138,6 +141,8 @@ class AggregatedInstance:
                 chunks.append((seq, k))
                 work += self._marginal(seq.context, k)
             self._seg_chunks = chunks
+            if decoders and self.mixed_prompt_factor != 1.0:
+                work *= self.mixed_prompt_factor
             self._start(now, base + work, 1)
             return
         self._seg_chunks = []

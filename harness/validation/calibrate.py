@@ -152,6 +152,23 @@ def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tupl
     return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
 
+def fit_mixed(rounds: list[dict[str, list]], block: dict) -> tuple[float, float]:
+    """(factor, relative RMS residual): a prompt of n tokens sent beside k decoding streams, as
+    max(T(0), step(k)) + factor * [T(n) - T(0)] (the aggregated instance's mixed step with
+    `mixed_prompt_factor`), least squares over the medians, factor >= 1 (1: the prompt's work costs
+    what it costs alone). The same probes `checks` reports against factor 1."""
+    rows = checks(rounds, block)["mixed"]
+    if not rows:
+        return 1.0, math.nan
+    t = prefill_curve(block["prefill"])
+    base = np.array([r["predicted_s"] - (t(r["input_tokens"]) - t(0)) for r in rows])
+    work = np.array([t(r["input_tokens"]) - t(0) for r in rows])
+    y = np.array([r["measured_s"] for r in rows])
+    factor = max(1.0, float(np.dot(y - base, work) / max(float(np.dot(work, work)), 1e-18)))
+    rel = (base + factor * work) / y - 1.0
+    return factor, float(np.sqrt(np.mean(rel**2)))
+
+
 def checks(rounds: list[dict[str, list]], block: dict) -> dict[str, list[dict]]:
     """Predictions of what no fit saw: held-out prefill lengths; a prompt beside k decoding streams
     (the aggregated instance charges max(T(0), decode step(k)) + T(n) - T(0); 'absorbed' is the

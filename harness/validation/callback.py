@@ -65,13 +65,18 @@ def _wake() -> float:
     return float(_STATE.get("wake_s", 0.0))
 
 
+def _mixed() -> float:
+    return float(_STATE.get("mixed_prompt_factor", 1.0))
+
+
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
 
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
-                   ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake)):
+                   ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake),
+                   ("validate_mixed", _mixed)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -194,7 +199,7 @@ class ValidateCallback(Callback):
                                                    "at": time.strftime("%H:%M:%SZ", time.gmtime())})
 
     def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
-        from harness.validation.calibrate import checks, fit, fit_prefix_attention, fit_wake, prefill_curve
+        from harness.validation.calibrate import checks, fit, fit_mixed, fit_prefix_attention, fit_wake, prefill_curve
 
         cal = config.experiment.calibration
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
@@ -216,6 +221,13 @@ class ValidateCallback(Callback):
             "provenance": f"[M] median over {[r['input_tokens'] for r in wake_rows]} tokens of (TTFT after "
                           f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
         print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
+        mixed, mixed_rms = fit_mixed(rounds, block) if cal.get("fit_mixed", True) else (1.0, math.nan)
+        _STATE["mixed_prompt_factor"] = mixed
+        self.meta.setdefault("mixed_prompt_factor", {})[tag] = {
+            "value": mixed, "relative_rms_residual": mixed_rms,
+            "provenance": "[M] fitted to TTFT of probe prompts sent beside decoding probe streams "
+                          f"({dict(cal.get('mixed') or {})}), probe rounds {tag}"}
+        print(f"[{tag}] prompt work beside decodes: x{mixed:.3f} (relative RMS {mixed_rms:.3f})", flush=True)
         found = checks(rounds, block)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:

@@ -97,6 +97,17 @@ def test_decoding_request_is_slowed_by_a_prefill_in_its_step(profile):
     assert a["tpot_s"] > alone_tpot * 1.5  # one of A's steps took ~T(800)
 
 
+def test_mixed_prompt_factor_scales_prompt_work_only_in_steps_beside_decodes(profile):
+    """A lone prompt costs T(n) whatever the factor; a prompt arriving while another request decodes
+    costs its work times the factor in that step (B's TTFT grows by (factor - 1) x its work)."""
+    reqs = [_req(1, 0.0, 100, 50), _req(2, 0.1, 800, 2)]
+    plain = _offer(*_deployment(profile, chunk_tokens=2048), reqs)
+    slow = _offer(*_deployment(profile, chunk_tokens=2048, mixed_prompt_factor=1.25), reqs)
+    assert slow[1]["ttft_s"] == pytest.approx(T(100))  # request 1 prefilled alone
+    assert slow[2]["ttft_s"] - plain[2]["ttft_s"] == pytest.approx(0.25 * (T(800) - T(0)))
+    assert slow[1]["tpot_s"] > plain[1]["tpot_s"]  # the decoder waited through the longer step
+
+
 def test_requests_beyond_slots_queue_fifo(profile):
     clock, dep = _deployment(profile, slots=2)
     recs = _offer(clock, dep, [_req(i, 0.0, 200, 20) for i in range(1, 5)])

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from harness.costmodel import build_profile
 from harness.engine.server import set_niceness
 from harness.errors import InputError
-from harness.validation.calibrate import checks, fit, prefill_curve
+from harness.validation.calibrate import checks, fit, fit_mixed, prefill_curve
 
 from .test_aggregated import HARDWARE, MODEL
 
@@ -73,6 +73,24 @@ def test_mixed_check_compares_the_measured_prompt_with_the_models_mixed_step():
     # the decode step of 3 sequences (8.5 ms) exceeds T(0) (~6 ms): the model charges the difference too
     assert c["absorbed_s"] + 0.001 < c["predicted_s"] < c["absorbed_s"] + 0.0085
     assert c["rel_error"] == pytest.approx(c["predicted_s"] / 0.2 - 1)
+
+
+def test_mixed_factor_recovers_how_much_slower_a_prompt_runs_beside_decodes():
+    """Probes made by the model's own mixed step with the prompt work 1.2x: the fit finds 1.2, and
+    a prompt that ran no slower than alone fits 1 (the factor never goes below 1)."""
+    rd = _round(_ubatch_curve)
+    block = fit([rd], hardware="h", slots=4, source="t")["h"]
+    t = prefill_curve(block["prefill"])
+    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": 1.0, "server_prompt_s": 0.9} for n in (256, 1024)]
+    base = {c["input_tokens"]: c["predicted_s"] - (t(c["input_tokens"]) - t(0)) for c in checks([rd], block)["mixed"]}
+    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": base[n] + 1.2 * (t(n) - t(0)), "server_prompt_s": 0.0}
+                   for n in (256, 1024)]
+    factor, rms = fit_mixed([rd], block)
+    assert factor == pytest.approx(1.2, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
+    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": t(n), "server_prompt_s": 0.0} for n in (256, 1024)]
+    assert fit_mixed([rd], block)[0] == 1.0
+    rd["mixed"] = []
+    assert fit_mixed([rd], block)[0] == 1.0  # no mixed probes: the model's own step
 
 
 def test_niceness_is_applied_or_refused_in_one_line(monkeypatch):
