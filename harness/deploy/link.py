@@ -251,7 +251,8 @@ class Link:
         keep_flow, add_cap = keep.append, caps.append  # bound once: hundreds of flows at scale
         advance = dt > 0
         next_produce_end = _INF
-        arrive_s = fire_at = None
+        arrive_s = now + self.rtt_s / 2
+        fire_at = self._clock.fire_at
         for f in self._flows:
             if advance:
                 f._sent += f._rate * dt
@@ -259,8 +260,6 @@ class Link:
             if remaining <= f._eps or remaining <= f._rate * time_eps:
                 f.finish_s = now
                 f._rate = 0.0
-                if fire_at is None:
-                    arrive_s, fire_at = now + self.rtt_s / 2, self._clock.fire_at
                 fire_at(arrive_s, f._on_done)
                 continue
             keep_flow(f)

@@ -50,18 +50,18 @@ class RunResult:
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request], stop_s: float | None) -> None:
     it = iter(requests)
+    submit, fire_at = deployment.submit, clock.fire_at
 
     def inject(request: Request) -> None:
-        deployment.submit(request)
-        schedule_next()
-
-    def schedule_next() -> None:
-        request = next(it, None)
-        if request is None or (stop_s is not None and request.arrival_s > stop_s):
+        submit(request)
+        following = next(it, None)  # the next arrival, chained from this one
+        if following is None or (stop_s is not None and following.arrival_s > stop_s):
             return
-        clock.fire_at(request.arrival_s, partial(inject, request))
+        fire_at(following.arrival_s, partial(inject, following))
 
-    schedule_next()
+    first = next(it, None)
+    if first is not None and (stop_s is None or first.arrival_s <= stop_s):
+        fire_at(first.arrival_s, partial(inject, first))
 
 
 def _offer_closed_loop(clock: VirtualClock, deployment, requests: Sequence[Request], concurrency: int,
@@ -104,6 +104,9 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     if offer.unique_blocks and all(pool.capacity_bytes == math.inf for pool in deployment.pools.values()):
         for pool in deployment.pools.values():
             pool.forget_blocks()
+        ids_as_ranges = getattr(requests, "ids_as_ranges", None)  # a RequestStream: ids counted, not read
+        if ids_as_ranges is not None:
+            ids_as_ranges()
     recorded = 0
 
     streams = streams_from(cfg, run_dir, "requests")

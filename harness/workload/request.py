@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,7 @@ class Request:
     arrival_s: float
     input_tokens: int
     output_tokens: int
-    hash_ids: tuple[int, ...] = ()
+    hash_ids: tuple[int, ...] = ()  # a range where a sim run's pools forget blocks (unique_hash_ids)
     session_id: int | None = None
     turn: int | None = None
 
@@ -41,14 +42,20 @@ def n_blocks(tokens: int | np.ndarray, block_tokens: int) -> int | np.ndarray:
     return -(-tokens // block_tokens)
 
 
-def unique_hash_ids(input_tokens: np.ndarray, block_tokens: int, first_id: int = 0) -> list[tuple[int, ...]]:
+def unique_hash_ids(input_tokens: np.ndarray, block_tokens: int, first_id: int = 0,
+                    as_ranges: bool = False) -> list[tuple[int, ...]]:
     """Fresh, never-shared block ids for each prompt, numbered consecutively from `first_id`.
 
     Workloads without prefix sharing still carry hash_ids so that every consumer (prefix caches,
-    token-id prompt builders) can treat all requests alike.
+    token-id prompt builders) can treat all requests alike. `as_ranges`: each prompt's ids as a
+    `range` (the same ids, length and truth value, made in constant time instead of a tuple of
+    ints each) for a reader that only counts them: a sim run whose prefix pools forget blocks.
     """
     counts = np.asarray(n_blocks(np.asarray(input_tokens, dtype=np.int64), block_tokens), dtype=np.int64)
     starts = first_id + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    if as_ranges:  # typed as the tuples they stand in for (Request.hash_ids)
+        return cast(list[tuple[int, ...]],
+                    [range(s, s + c) for s, c in zip(starts.tolist(), counts.tolist(), strict=False)])
     return [tuple(range(s, s + c)) for s, c in zip(starts.tolist(), counts.tolist(), strict=False)]
 
 
