@@ -175,10 +175,11 @@ class Link:
             flow.finish_s = now
             self._clock.fire_at(now + self.rtt_s / 2, on_done)
             return flow
-        self._advance(now)
         self._flows.append(flow)
         # Defer the recomputation to an event at `now`, so a burst of transfers started at
-        # the same instant costs one water-filling pass instead of one per transfer.
+        # the same instant costs one water-filling pass instead of one per transfer. That event
+        # also advances the flows to now (the new one at rate 0 gains nothing): what is read in
+        # between (`sent_bytes`, `bytes_sent`, `backlog_bytes`) adds `rate * (now - _t_last)` itself.
         self._set_timer(now)
         return flow
 
