@@ -115,6 +115,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
     show = not bar.disable  # a disabled bar's update is still a call per record
+    streaming = stream.path is not None  # else `stream.add` keeps nothing (the deployment keeps the records)
     last_finish = 0.0  # the latest finish_s recorded (the time series' end, without reading the file)
 
     def on_record(record: dict) -> None:
@@ -125,7 +126,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         finish = record.get("finish_s")
         if finish is not None and finish == finish and finish > last_finish:  # NaN: not finished
             last_finish = finish
-        stream.add(record)
+        if streaming:
+            stream.add(record)
 
     deployment.on_record = on_record
     stop_s = offer.max_duration_s
