@@ -37,6 +37,27 @@ class Request:
     turn: int | None = None
 
 
+_new = object.__new__
+_set_fields = tuple(Request.__dict__[name].__set__ for name in FIELDS)  # the slots' own setters
+
+
+def make_request(request_id: int, arrival_s: float, input_tokens: int, output_tokens: int,
+                 hash_ids: tuple[int, ...] = (), session_id: int | None = None, turn: int | None = None) -> Request:
+    """`Request(...)` for the hot paths that build one per request (workload streams, trace readers):
+    the same frozen object, its slots filled by their own setters instead of the dataclass
+    `__init__`'s `object.__setattr__` per field (~2.5x faster)."""
+    request = _new(Request)
+    set_id, set_arrival, set_input, set_output, set_hash_ids, set_session, set_turn = _set_fields
+    set_id(request, request_id)
+    set_arrival(request, arrival_s)
+    set_input(request, input_tokens)
+    set_output(request, output_tokens)
+    set_hash_ids(request, hash_ids)
+    set_session(request, session_id)
+    set_turn(request, turn)
+    return request
+
+
 def n_blocks(tokens: int | np.ndarray, block_tokens: int) -> int | np.ndarray:
     """Blocks a prompt of `tokens` tokens occupies: ceil(tokens / block_tokens)."""
     return -(-tokens // block_tokens)
@@ -87,7 +108,7 @@ def frame_to_requests(df: pd.DataFrame) -> list[Request]:
     sessions = _optional_ints(df["session_id"]) if "session_id" in df else [None] * n
     turns = _optional_ints(df["turn"]) if "turn" in df else [None] * n
     return [
-        Request(int(rid), float(t), int(i), int(o), h, s, k)
+        make_request(int(rid), float(t), int(i), int(o), h, s, k)
         for rid, t, i, o, h, s, k in zip(df["request_id"].tolist(), df["arrival_s"].tolist(),
                                          df["input_tokens"].tolist(), df["output_tokens"].tolist(),
                                          hash_ids, sessions, turns, strict=False)

@@ -15,7 +15,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed, streams
 from harness.workload.lengths import Fixed
-from harness.workload.request import Request, n_blocks, unique_hash_ids
+from harness.workload.request import Request, make_request, n_blocks, unique_hash_ids
 
 _LENGTH_METHODS = ("sample", "grid", "mean")
 _ARRIVAL_METHODS = ("offsets", "with_rate")
@@ -45,7 +45,7 @@ class RequestStream(Sequence[Request]):
     def _build(self, lo: int, hi: int) -> list[Request]:
         hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens, self._first_id(lo) if hi > lo else 0,
                                    as_ranges=self._id_ranges)
-        return [Request(i, t, a, b, h) for i, t, a, b, h in
+        return [make_request(i, t, a, b, h) for i, t, a, b, h in
                 zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
                     self._outputs[lo:hi].tolist(), hash_ids, strict=False)]
 
