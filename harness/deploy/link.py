@@ -251,7 +251,7 @@ class Link:
         caps: list[float] = []
         keep_flow, add_cap = keep.append, caps.append  # bound once: hundreds of flows at scale
         advance = dt > 0
-        next_produce_end = _INF
+        next_produce_end = next_end = _INF
         arrive_s = now + self.rtt_s / 2
         fire_at = self._clock.fire_at
         for f in self._flows:
@@ -267,15 +267,23 @@ class Link:
             produce_end = f.produce_end_s
             if now < produce_end:
                 produce_rate = f._produce_rate
-                add_cap(produce_rate if produce_rate < flow_cap else flow_cap)
+                cap = produce_rate if produce_rate < flow_cap else flow_cap
                 if produce_end < next_produce_end:
                     next_produce_end = produce_end
             else:
-                add_cap(flow_cap)
+                cap = flow_cap
+            add_cap(cap)
+            # The rate and end time if every flow gets its cap (the usual case: a link faster than
+            # the KV is produced); the pass after the sharing corrects them when some flows share.
+            f._rate = cap
+            if cap > 0:
+                t = now + remaining / cap
+                if t < next_end:
+                    next_end = t
         self._flows = keep
         self._next_produce_end = next_produce_end
         # water_fill(capacity, caps), written out: the caps taken in ascending order (the same
-        # values in the same order as its sorted indices), the rates set in the pass below.
+        # values in the same order as its sorted indices).
         capacity = self._capacity_gbps * _BYTES_PER_GBIT
         remaining_capacity, left = capacity, len(caps)
         share = 0.0
@@ -298,14 +306,21 @@ class Link:
                     t = now + (f.nbytes - f._sent) / rate
                     if t < nxt:
                         nxt = t
-        else:  # every flow gets its cap
-            for f, rate in zip(keep, caps, strict=True):
-                f._rate = rate
-                if rate > 0:
-                    t = now + (f.nbytes - f._sent) / rate
-                    if t < nxt:
-                        nxt = t
-        self._log.record(now, agg / _BYTES_PER_GBIT, self._capacity_gbps)  # _record
+        elif next_end < nxt:  # every flow got its cap: the rates and end times set above stand
+            nxt = next_end
+        log = self._log  # RateLog.record(now, agg Gbps, capacity Gbps), written out
+        rate_gbps, cap_gbps = agg / _BYTES_PER_GBIT, self._capacity_gbps
+        log_t = log._t
+        if not log_t:
+            log_t.append(now)
+            log._rate.append(rate_gbps)
+            log._cap.append(cap_gbps)
+        elif log_t[-1] == now:
+            log._rate[-1], log._cap[-1] = rate_gbps, cap_gbps
+        elif log._rate[-1] != rate_gbps or log._cap[-1] != cap_gbps:
+            log_t.append(now)
+            log._rate.append(rate_gbps)
+            log._cap.append(cap_gbps)
         # _arm(now, nxt), written out
         if self._sched_i < len(sched) and sched[self._sched_i][0] < nxt:
             nxt = sched[self._sched_i][0]
