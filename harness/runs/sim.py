@@ -14,7 +14,6 @@ import gc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,17 +50,17 @@ class RunResult:
 def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request], stop_s: float | None) -> None:
     it = iter(requests)
     submit, fire_at = deployment.submit, clock.fire_at
+    due: Request | None = next(it, None)  # the one arrival scheduled (they are chained one at a time)
 
-    def inject(request: Request) -> None:
-        submit(request)
-        following = next(it, None)  # the next arrival, chained from this one
-        if following is None or (stop_s is not None and following.arrival_s > stop_s):
-            return
-        fire_at(following.arrival_s, partial(inject, following))
+    def inject() -> None:
+        nonlocal due
+        submit(cast(Request, due))
+        due = next(it, None)  # the next arrival, chained from this one
+        if due is not None and (stop_s is None or due.arrival_s <= stop_s):
+            fire_at(due.arrival_s, inject)
 
-    first = next(it, None)
-    if first is not None and (stop_s is None or first.arrival_s <= stop_s):
-        fire_at(first.arrival_s, partial(inject, first))
+    if due is not None and (stop_s is None or due.arrival_s <= stop_s):
+        fire_at(due.arrival_s, inject)
 
 
 def _offer_closed_loop(clock: VirtualClock, deployment, requests: Sequence[Request], concurrency: int,
