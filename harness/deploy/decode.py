@@ -174,7 +174,7 @@ class DecodeInstance:
     def _reschedule(self) -> None:
         timer = self._timer
         if timer is not None:
-            timer.cancel()
+            timer.cancelled = True  # Timer.cancel(), written out (a call per membership change)
             self._timer = None
         ends = self._ends
         if not ends:

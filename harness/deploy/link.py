@@ -212,7 +212,7 @@ class Link:
         if self._timer is not None:
             if self._timer_when == when:
                 return
-            self._timer.cancel()
+            self._timer.cancelled = True  # Timer.cancel(), written out (a call per transfer)
         self._timer = self._clock.call_at(when, self._on_timer)
         self._timer_when = when
 
