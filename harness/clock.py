@@ -92,28 +92,32 @@ class VirtualClock:
         """Run timers in time order until none is left (or the next is after `until`)."""
         heap = self._heap
         pop = _heappop
-        if until is None:  # the whole run: no bound to test per timer
+        ran = 0  # events_run, counted locally (an attribute update per event is a tenth of the loop)
+        try:
+            if until is None:  # the whole run: no bound to test per timer
+                while heap:
+                    when, _, fn, timer = pop(heap)
+                    if timer is not None and timer.cancelled:
+                        continue
+                    self._now = when
+                    ran += 1
+                    fn()
+                return
             while heap:
-                when, _, fn, timer = pop(heap)
+                when, _, fn, timer = heap[0]
+                if when > until:
+                    self._now = until
+                    return
+                pop(heap)
                 if timer is not None and timer.cancelled:
                     continue
                 self._now = when
-                self.events_run += 1
+                ran += 1
                 fn()
-            return
-        while heap:
-            when, _, fn, timer = heap[0]
-            if when > until:
+            if until > self._now:
                 self._now = until
-                return
-            pop(heap)
-            if timer is not None and timer.cancelled:
-                continue
-            self._now = when
-            self.events_run += 1
-            fn()
-        if until > self._now:
-            self._now = until
+        finally:
+            self.events_run += ran
 
 
 class WallClock:

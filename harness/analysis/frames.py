@@ -108,7 +108,8 @@ def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[
             if name in _ADD_IF_MISSING_SKIP:
                 continue
             df[name] = _INT_DEFAULTS.get(name, 0) if col.dtype == "int64" else None
-        elif name in _INT_DEFAULTS:  # optional counts: a record without one has none
+        elif name in _INT_DEFAULTS and df[name].dtype.kind not in "iu":  # optional counts: a record
+            # without one has none (an integer column has no missing value to fill)
             df[name] = [_INT_DEFAULTS[name] if _is_missing(v) else v for v in df[name]]
         df[name] = _cast(df[name], col.dtype, name, what)
     declared = [n for n in schema if n in df.columns]
@@ -119,6 +120,11 @@ def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[
 def _cast(series: pd.Series, dtype: str, name: str, what: str) -> pd.Series:
     try:
         if dtype == "string":
+            if isinstance(series.dtype, pd.StringDtype):  # strings already (pandas' "str" has NaN for
+                return series.astype("string")  # missing, "string" pd.NA): in bulk, the same values
+            if series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty"):
+                # str or missing only (the records' own columns): the same strings and NAs, converted in bulk
+                return pd.Series(series.to_numpy(), index=series.index, dtype="string")
             # Missing stays missing (pd.NA); str() would turn None into the text "None".
             values = [None if _is_missing(v) else str(v) for v in series]
             return pd.Series(values, index=series.index, dtype="string")

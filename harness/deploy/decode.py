@@ -130,28 +130,39 @@ class DecodeInstance:
         need = job.decode_kv_bytes
         self.kv_bytes_used += self.kv_need(job) if need is None else need
         job.decode_instance = self.name
-        now = self.clock.now()
-        when = self._next_boundary(now)
+        clock = self.clock
+        now = clock.now()
+        if not self._ends:  # _next_boundary(now), written out: an idle batch starts at once
+            self._join(job)
+            return
+        when = self._step_t + math.ceil((now - self._step_t) / self._dt - _EPS) * self._dt
         if when <= now:
             self._join(job)
         else:
-            self.clock.fire_at(when, partial(self._join, job))
+            clock.fire_at(when, partial(self._join, job))
 
     def _join(self, job: Job) -> None:
         now = self.clock.now()
-        self._rebase(now)
+        ends = self._ends
+        if ends and self._dt > 0:  # _rebase(now), written out
+            k = math.floor((now - self._step_t) / self._dt + _EPS)
+            self._step += k  # _advance(k)
+            self._context_tokens += len(ends) * k
+            self._step_t += k * self._dt
+        else:
+            self._step_t = now
         job.first_token_s = now
         self.on_first_token(job)
-        remaining = job.request.output_tokens - 1
+        req = job.request
+        remaining = req.output_tokens - 1
         if remaining <= 0:
             self._release(job)
             job.finish_s = now
             self.on_done(job)
             return
-        req = job.request
-        job.join_step = self._step
+        job.join_step = step = self._step
         self._context_tokens += req.input_tokens + 1
-        heapq.heappush(self._ends, (self._step + remaining, self._seq, job))
+        heapq.heappush(ends, (step + remaining, self._seq, job))
         self._seq += 1
         self._reschedule()
 
@@ -161,16 +172,18 @@ class DecodeInstance:
         self.kv_bytes_used -= self.kv_need(job) if need is None else need
 
     def _reschedule(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        timer = self._timer
+        if timer is not None:
+            timer.cancelled = True  # Timer.cancel(), written out (a call per membership change)
             self._timer = None
-        if not self._ends:
+        ends = self._ends
+        if not ends:
             return
-        steps = self._ends[0][0] - self._step
+        steps = ends[0][0] - self._step
         if self._fixed_step_s is not None:  # _step_time, inlined
             dt = self._fixed_step_s
         else:
-            n = len(self._ends)
+            n = len(ends)
             dt = self.profile.decode_step_s(n, self._context_tokens + n * (steps - 1) / 2.0)
         self._dt = dt
         self._timer = self.clock.call_at(self._step_t + steps * dt, self._complete)
@@ -180,17 +193,28 @@ class DecodeInstance:
         now = self.clock.now()
         ends = self._ends
         end_step = ends[0][0]
-        self._advance(end_step - self._step)
+        self._context_tokens += len(ends) * (end_step - self._step)  # _advance(end_step - _step)
+        self._step = end_step
         self._step_t = now
-        finished = [heapq.heappop(ends)[2]]
-        while ends and ends[0][0] <= end_step:
-            finished.append(heapq.heappop(ends)[2])
-        for job in finished:
-            req = job.request
+        job = heapq.heappop(ends)[2]
+        if ends and ends[0][0] <= end_step:  # several end at this step
+            finished = [job]
+            while ends and ends[0][0] <= end_step:
+                finished.append(heapq.heappop(ends)[2])
+        else:
+            finished = None
+        for done in finished or (job,):
+            req = done.request
             self._context_tokens -= req.input_tokens + req.output_tokens
-            self._release(job)
+            self.reserved -= 1  # _release, written out
+            need = done.decode_kv_bytes
+            self.kv_bytes_used -= self.kv_need(done) if need is None else need
         self._reschedule()
         on_done = self.on_done
-        for job in finished:
+        if finished is None:
             job.finish_s = now
             on_done(job)
+            return
+        for done in finished:
+            done.finish_s = now
+            on_done(done)

@@ -86,7 +86,8 @@ class DecodePool(DeploymentState):
         self._finish(job)
         if self.draining:
             self._check_draining()
-        self._dispatch()
+        if self.blocked or self.waiting:  # else _dispatch has nothing to do
+            self._dispatch()
 
     def tokens_done(self, job: Job) -> int:
         """Output tokens produced so far (for streaming in live mode)."""

@@ -164,9 +164,14 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         job.cached_tokens = look.usable_tokens
         job.cache_hit_tokens = look.hit_tokens
         job.cached_local_tokens = local.usable_tokens
-        instance = self._choose_instance(cluster, look, request.input_tokens)
-        if look.pending_owner is not None and instance.name != look.pending_owner:
-            job.cached_tokens = look.ready_tokens  # elsewhere only the computed part of the prefix helps
+        if look.pending_owner is None:  # _choose_instance's answer when no instance computes the prefix
+            least = self.least_loaded[cluster].least_loaded()
+            assert least is not None  # the cluster has prefill instances (checked above)
+            instance = least
+        else:
+            instance = self._choose_instance(cluster, look, request.input_tokens)
+            if instance.name != look.pending_owner:
+                job.cached_tokens = look.ready_tokens  # elsewhere only the computed part of the prefix helps
         for observe in self.observers:
             observe(job)
         if look is not _NO_CACHE:

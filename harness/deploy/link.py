@@ -55,6 +55,8 @@ __all__ = ["Flow", "Link", "RateLog", "per_connection_bps", "water_fill"]
 # than a few ulps of the current time to send. Without the time test, rounding in `now - t_last`
 # leaves crumbs that would be scheduled as zero-length events forever.
 _TIME_ULPS = 64.0
+_INF = math.inf
+_ulp, _nextafter = math.ulp, math.nextafter
 
 
 class Link:
@@ -173,10 +175,11 @@ class Link:
             flow.finish_s = now
             self._clock.fire_at(now + self.rtt_s / 2, on_done)
             return flow
-        self._advance(now)
         self._flows.append(flow)
         # Defer the recomputation to an event at `now`, so a burst of transfers started at
-        # the same instant costs one water-filling pass instead of one per transfer.
+        # the same instant costs one water-filling pass instead of one per transfer. That event
+        # also advances the flows to now (the new one at rate 0 gains nothing): what is read in
+        # between (`sent_bytes`, `bytes_sent`, `backlog_bytes`) adds `rate * (now - _t_last)` itself.
         self._set_timer(now)
         return flow
 
@@ -209,7 +212,7 @@ class Link:
         if self._timer is not None:
             if self._timer_when == when:
                 return
-            self._timer.cancel()
+            self._timer.cancelled = True  # Timer.cancel(), written out (a call per transfer)
         self._timer = self._clock.call_at(when, self._on_timer)
         self._timer_when = when
 
@@ -227,7 +230,10 @@ class Link:
         """Handle an event: advance, apply capacity changes, retire flows, re-share, re-arm.
 
         One pass retires finished flows and collects the caps of the rest, one more sets their
-        max-min fair rates and finds the next event: one call per event, no per-step methods.
+        max-min fair rates and finds the next event: one call per event. The sharing is
+        `water_fill`'s, the log `RateLog.record`'s and the re-arming `_arm`'s, written out here
+        with the same float operations in the same order (a few flows per event: the calls were
+        a third of the event's time).
         """
         now = self._clock.now()
         dt = now - self._t_last  # _advance, folded into the pass over the flows below
@@ -235,18 +241,19 @@ class Link:
             self._bytes_base += self._agg * dt
             self._t_last = now
         sched = self._schedule
-        while self._sched_i < len(sched) and sched[self._sched_i][0] <= now:
-            self._capacity_gbps = sched[self._sched_i][1]
-            self._sched_i += 1
-        time_eps = _TIME_ULPS * math.ulp(max(abs(now), 1.0))
-        arrive_s = now + self.rtt_s / 2
-        fire_at = self._clock.fire_at
+        if sched:
+            while self._sched_i < len(sched) and sched[self._sched_i][0] <= now:
+                self._capacity_gbps = sched[self._sched_i][1]
+                self._sched_i += 1
+        time_eps = _TIME_ULPS * _ulp(max(abs(now), 1.0))
         flow_cap = self._flow_cap
         keep: list[Flow] = []
         caps: list[float] = []
         keep_flow, add_cap = keep.append, caps.append  # bound once: hundreds of flows at scale
         advance = dt > 0
-        next_produce_end = math.inf
+        next_produce_end = next_end = _INF
+        arrive_s = now + self.rtt_s / 2
+        fire_at = self._clock.fire_at
         for f in self._flows:
             if advance:
                 f._sent += f._rate * dt
@@ -260,23 +267,77 @@ class Link:
             produce_end = f.produce_end_s
             if now < produce_end:
                 produce_rate = f._produce_rate
-                add_cap(produce_rate if produce_rate < flow_cap else flow_cap)
+                cap = produce_rate if produce_rate < flow_cap else flow_cap
                 if produce_end < next_produce_end:
                     next_produce_end = produce_end
             else:
-                add_cap(flow_cap)
+                cap = flow_cap
+            add_cap(cap)
+            # The rate and end time if every flow gets its cap (the usual case: a link faster than
+            # the KV is produced); the pass after the sharing corrects them when some flows share.
+            f._rate = cap
+            if cap > 0:
+                t = now + remaining / cap
+                if t < next_end:
+                    next_end = t
         self._flows = keep
         self._next_produce_end = next_produce_end
-        rates, self._agg = water_fill(self._capacity_gbps * _BYTES_PER_GBIT, caps)
+        # water_fill(capacity, caps), written out: the caps taken in ascending order (the same
+        # values in the same order as its sorted indices).
+        capacity = self._capacity_gbps * _BYTES_PER_GBIT
+        remaining_capacity, left = capacity, len(caps)
+        share = 0.0
+        for cap in sorted(caps):
+            share = remaining_capacity / left
+            if cap > share:
+                break  # every later cap is at least as large: all of them get `share`
+            remaining_capacity -= cap
+            left -= 1
+        agg = capacity - remaining_capacity
+        if left:
+            agg += share * left
+        self._agg = agg = agg if agg < capacity else capacity  # min(capacity, agg)
         nxt = next_produce_end
-        for f, rate in zip(keep, rates, strict=True):
-            f._rate = rate
-            if rate > 0:
-                t = now + (f.nbytes - f._sent) / rate
-                if t < nxt:
-                    nxt = t
-        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)  # _record
-        self._arm(now, nxt)
+        if left:  # some flows share what is left equally: a flow capped above the share gets it
+            for f, cap in zip(keep, caps, strict=True):
+                rate = share if cap > share else cap
+                f._rate = rate
+                if rate > 0:
+                    t = now + (f.nbytes - f._sent) / rate
+                    if t < nxt:
+                        nxt = t
+        elif next_end < nxt:  # every flow got its cap: the rates and end times set above stand
+            nxt = next_end
+        log = self._log  # RateLog.record(now, agg Gbps, capacity Gbps), written out
+        rate_gbps, cap_gbps = agg / _BYTES_PER_GBIT, self._capacity_gbps
+        log_t = log._t
+        if not log_t:
+            log_t.append(now)
+            log._rate.append(rate_gbps)
+            log._cap.append(cap_gbps)
+        elif log_t[-1] == now:
+            log._rate[-1], log._cap[-1] = rate_gbps, cap_gbps
+        elif log._rate[-1] != rate_gbps or log._cap[-1] != cap_gbps:
+            log_t.append(now)
+            log._rate.append(rate_gbps)
+            log._cap.append(cap_gbps)
+        # _arm(now, nxt), written out
+        if self._sched_i < len(sched) and sched[self._sched_i][0] < nxt:
+            nxt = sched[self._sched_i][0]
+        timer = self._timer
+        if nxt == _INF:
+            if timer is not None:
+                timer.cancel()
+                self._timer = None
+            return
+        after = _nextafter(now, _INF)  # never schedule in the past or at now (no progress)
+        when = after if after > nxt else nxt  # max(nxt, after)
+        if timer is not None:  # _set_timer(when)
+            if self._timer_when == when:
+                return
+            timer.cancel()
+        self._timer = self._clock.call_at(when, self._on_timer)
+        self._timer_when = when
 
     def _record(self, now: float) -> None:
         self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)

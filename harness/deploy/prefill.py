@@ -137,4 +137,5 @@ class PrefillInstance:
         for job in batch:
             job.prefill_end_s = now
             self.on_done(job)
-        self._start_next()
+        if self.queue:  # else _start_next has nothing to start
+            self._start_next()

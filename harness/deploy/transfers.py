@@ -52,7 +52,11 @@ class KvTransfers(DeploymentState):
     def _on_prefill_start(self, job: Job, duration_s: float) -> None:
         route = job.route
         link = self.cross_link if route == PRFAAS else self.rdma_link
-        job.kv_bytes = kv_bytes = self._kv_to_send(job, self.profiles[route])
+        profile = self.profiles[route]
+        cached_local = job.cached_local_tokens  # _kv_to_send, written out
+        full = float(profile.kv_bytes(job.request.input_tokens))
+        job.kv_bytes = kv_bytes = full if cached_local <= 0 else (
+            full - float(profile.kv_bytes(cached_local)) + float(profile.kv_bytes(0)))
         if link is None:
             return
         job.transfer_pending = True

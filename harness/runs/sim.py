@@ -14,7 +14,6 @@ import gc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -50,18 +49,18 @@ class RunResult:
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request], stop_s: float | None) -> None:
     it = iter(requests)
+    submit, fire_at = deployment.submit, clock.fire_at
+    due: Request | None = next(it, None)  # the one arrival scheduled (they are chained one at a time)
 
-    def inject(request: Request) -> None:
-        deployment.submit(request)
-        schedule_next()
+    def inject() -> None:
+        nonlocal due
+        submit(cast(Request, due))
+        due = next(it, None)  # the next arrival, chained from this one
+        if due is not None and (stop_s is None or due.arrival_s <= stop_s):
+            fire_at(due.arrival_s, inject)
 
-    def schedule_next() -> None:
-        request = next(it, None)
-        if request is None or (stop_s is not None and request.arrival_s > stop_s):
-            return
-        clock.fire_at(request.arrival_s, partial(inject, request))
-
-    schedule_next()
+    if due is not None and (stop_s is None or due.arrival_s <= stop_s):
+        fire_at(due.arrival_s, inject)
 
 
 def _offer_closed_loop(clock: VirtualClock, deployment, requests: Sequence[Request], concurrency: int,
@@ -104,6 +103,9 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     if offer.unique_blocks and all(pool.capacity_bytes == math.inf for pool in deployment.pools.values()):
         for pool in deployment.pools.values():
             pool.forget_blocks()
+        ids_as_ranges = getattr(requests, "ids_as_ranges", None)  # a RequestStream: ids counted, not read
+        if ids_as_ranges is not None:
+            ids_as_ranges()
     recorded = 0
 
     streams = streams_from(cfg, run_dir, "requests")
@@ -112,6 +114,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
                disable=None if cfg.loadgen.progress else True, mininterval=0.5)
 
     show = not bar.disable  # a disabled bar's update is still a call per record
+    streaming = stream.path is not None  # else `stream.add` keeps nothing (the deployment keeps the records)
     last_finish = 0.0  # the latest finish_s recorded (the time series' end, without reading the file)
 
     def on_record(record: dict) -> None:
@@ -122,7 +125,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         finish = record.get("finish_s")
         if finish is not None and finish == finish and finish > last_finish:  # NaN: not finished
             last_finish = finish
-        stream.add(record)
+        if streaming:
+            stream.add(record)
 
     deployment.on_record = on_record
     stop_s = offer.max_duration_s

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -31,9 +32,30 @@ class Request:
     arrival_s: float
     input_tokens: int
     output_tokens: int
-    hash_ids: tuple[int, ...] = ()
+    hash_ids: tuple[int, ...] = ()  # a range where a sim run's pools forget blocks (unique_hash_ids)
     session_id: int | None = None
     turn: int | None = None
+
+
+_new = object.__new__
+_set_fields = tuple(Request.__dict__[name].__set__ for name in FIELDS)  # the slots' own setters
+
+
+def make_request(request_id: int, arrival_s: float, input_tokens: int, output_tokens: int,
+                 hash_ids: tuple[int, ...] = (), session_id: int | None = None, turn: int | None = None) -> Request:
+    """`Request(...)` for the hot paths that build one per request (workload streams, trace readers):
+    the same frozen object, its slots filled by their own setters instead of the dataclass
+    `__init__`'s `object.__setattr__` per field (~2.5x faster)."""
+    request = _new(Request)
+    set_id, set_arrival, set_input, set_output, set_hash_ids, set_session, set_turn = _set_fields
+    set_id(request, request_id)
+    set_arrival(request, arrival_s)
+    set_input(request, input_tokens)
+    set_output(request, output_tokens)
+    set_hash_ids(request, hash_ids)
+    set_session(request, session_id)
+    set_turn(request, turn)
+    return request
 
 
 def n_blocks(tokens: int | np.ndarray, block_tokens: int) -> int | np.ndarray:
@@ -41,14 +63,20 @@ def n_blocks(tokens: int | np.ndarray, block_tokens: int) -> int | np.ndarray:
     return -(-tokens // block_tokens)
 
 
-def unique_hash_ids(input_tokens: np.ndarray, block_tokens: int, first_id: int = 0) -> list[tuple[int, ...]]:
+def unique_hash_ids(input_tokens: np.ndarray, block_tokens: int, first_id: int = 0,
+                    as_ranges: bool = False) -> list[tuple[int, ...]]:
     """Fresh, never-shared block ids for each prompt, numbered consecutively from `first_id`.
 
     Workloads without prefix sharing still carry hash_ids so that every consumer (prefix caches,
-    token-id prompt builders) can treat all requests alike.
+    token-id prompt builders) can treat all requests alike. `as_ranges`: each prompt's ids as a
+    `range` (the same ids, length and truth value, made in constant time instead of a tuple of
+    ints each) for a reader that only counts them: a sim run whose prefix pools forget blocks.
     """
     counts = np.asarray(n_blocks(np.asarray(input_tokens, dtype=np.int64), block_tokens), dtype=np.int64)
     starts = first_id + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    if as_ranges:  # typed as the tuples they stand in for (Request.hash_ids)
+        return cast(list[tuple[int, ...]],
+                    [range(s, s + c) for s, c in zip(starts.tolist(), counts.tolist(), strict=False)])
     return [tuple(range(s, s + c)) for s, c in zip(starts.tolist(), counts.tolist(), strict=False)]
 
 
@@ -80,7 +108,7 @@ def frame_to_requests(df: pd.DataFrame) -> list[Request]:
     sessions = _optional_ints(df["session_id"]) if "session_id" in df else [None] * n
     turns = _optional_ints(df["turn"]) if "turn" in df else [None] * n
     return [
-        Request(int(rid), float(t), int(i), int(o), h, s, k)
+        make_request(int(rid), float(t), int(i), int(o), h, s, k)
         for rid, t, i, o, h, s, k in zip(df["request_id"].tolist(), df["arrival_s"].tolist(),
                                          df["input_tokens"].tolist(), df["output_tokens"].tolist(),
                                          hash_ids, sessions, turns, strict=False)

@@ -15,7 +15,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed, streams
 from harness.workload.lengths import Fixed
-from harness.workload.request import Request, n_blocks, unique_hash_ids
+from harness.workload.request import Request, make_request, n_blocks, unique_hash_ids
 
 _LENGTH_METHODS = ("sample", "grid", "mean")
 _ARRIVAL_METHODS = ("offsets", "with_rate")
@@ -34,6 +34,7 @@ class RequestStream(Sequence[Request]):
                  chunk: int = 10_000) -> None:
         self._times, self._inputs, self._outputs = times, _narrow(inputs), _narrow(outputs)
         self._block_tokens, self._chunk = block_tokens, max(1, int(chunk))
+        self._id_ranges = False  # see ids_as_ranges
         counts = np.asarray(n_blocks(inputs.astype(np.int64), block_tokens), dtype=np.int64)
         # The first block id of each chunk only (a request's is its chunk's plus the blocks before it).
         self._chunk_first_ids = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)[::self._chunk].copy()
@@ -42,10 +43,16 @@ class RequestStream(Sequence[Request]):
         return len(self._times)
 
     def _build(self, lo: int, hi: int) -> list[Request]:
-        hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens, self._first_id(lo) if hi > lo else 0)
-        return [Request(i, t, a, b, h) for i, t, a, b, h in
+        hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens, self._first_id(lo) if hi > lo else 0,
+                                   as_ranges=self._id_ranges)
+        return [make_request(i, t, a, b, h) for i, t, a, b, h in
                 zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
                     self._outputs[lo:hi].tolist(), hash_ids, strict=False)]
+
+    def ids_as_ranges(self) -> None:
+        """From now on each request's hash_ids is a `range` of the same ids, not a tuple (a sim run
+        whose prefix pools forget blocks only counts them: HybridCachePool.forget_blocks)."""
+        self._id_ranges = True
 
     def _first_id(self, i: int) -> int:
         """The first block id of request i: its chunk's, plus the blocks of the requests before it there."""

@@ -89,3 +89,19 @@ def test_append_then_consolidate_keeps_every_record_in_order(tmp_path):
     assert df["request_id"].tolist() == [b * 10 + i for b in range(3) for i in range(4)]
     assert not (tmp_path / "requests.parquet.parts").exists()
     assert frames.read_parquet(path)["request_id"].tolist() == df["request_id"].tolist()
+
+
+@pytest.mark.parametrize("column", [
+    ["local", None, "prfaas", float("nan")],  # str or missing objects: converted in bulk
+    ["local", 5, None, 2.5],  # anything else: str() of each, missing kept missing
+    pd.Series(["local", None, "prfaas", None], dtype="str"),  # pandas' own str dtype (NaN for missing)
+    pd.Series(["local", None, "prfaas", None], dtype="string"),  # the typed frame's own
+])
+def test_string_columns_keep_text_and_missing_whatever_they_come_as(column):
+    df = pd.DataFrame({**{k: [v] * 4 for k, v in record(0).items()}, "route": column})
+    typed = frames.requests_frame(df)
+    expect = [None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v) for v in list(column)]
+    assert typed["route"].dtype == pd.StringDtype()
+    assert [None if pd.isna(v) else v for v in typed["route"]] == expect
+    again = frames.requests_frame(typed)  # a typed frame types to itself
+    pd.testing.assert_frame_equal(again, typed, check_exact=True)
