@@ -15,8 +15,10 @@ Fits (residuals kept in the provenance):
 - prefix attention: what extending a cached prefix costs, from the cached probes.
 - wake: what a prompt costs beyond the back-to-back curve when the engine sat idle before it
   (llama-server on this machine: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
-Checks (reported, never fitted): held-out prefill lengths; a prompt beside k decoding streams,
-against the aggregated instance's mixed step (decode step + the prompt's marginal work).
+- mixed: m prompts sent together beside k decoding streams, fitted as the aggregated instance's
+  step with `mixed_prompt_factor` (`mixed_parts`, its form set by `deployment.separate_passes`).
+Checks (reported, never fitted): held-out prefill lengths; the mixed probes at factor 1, by both
+step forms (shared pass, separate passes).
 """
 
 from __future__ import annotations
@@ -152,47 +154,68 @@ def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tupl
     return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
 
-def fit_mixed(rounds: list[dict[str, list]], block: dict) -> tuple[float, float]:
-    """(factor, relative RMS residual): a prompt of n tokens sent beside k decoding streams, as
-    max(T(0), step(k)) + factor * [T(n) - T(0)] (the aggregated instance's mixed step with
-    `mixed_prompt_factor`), least squares over the medians, factor >= 1 (1: the prompt's work costs
-    what it costs alone). The same probes `checks` reports against factor 1."""
-    rows = checks(rounds, block)["mixed"]
-    if not rows:
-        return 1.0, math.nan
+def _decode_step(block: dict) -> Callable[[int, float], float]:
+    from harness.costmodel.decode import LinearDecode, PerBatchDecode
+
+    dec = block["decode"]
+    return (PerBatchDecode(dec["batch_step_s"], dec["per_token_s"]) if dec["kind"] == "per_batch"
+            else LinearDecode(dec["base_s"], dec["per_seq_s"], dec["per_token_s"]))
+
+
+def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separate: bool) -> tuple[float, float]:
+    """(fixed, work): the aggregated instance's step with `prompts` fresh prompts of `tokens` tokens
+    beside `decoders` decoding probe streams is fixed + mixed_prompt_factor * work (the factor applies
+    only when decoders > 0), fixed including half a decode step of waiting for the step to end. `separate` (deployment.separate_passes): the decodes' step plus each
+    prompt's own T(0); else one shared pass, max(T(0), decode step) + the prompts' marginal work."""
     t = prefill_curve(block["prefill"])
-    base = np.array([r["predicted_s"] - (t(r["input_tokens"]) - t(0)) for r in rows])
-    work = np.array([t(r["input_tokens"]) - t(0) for r in rows])
-    y = np.array([r["measured_s"] for r in rows])
+    t0 = t(0)
+    work = prompts * (t(tokens) - t0)
+    if decoders == 0:
+        return (prompts * t0 if separate else t0), work
+    step = _decode_step(block)(decoders, decoders * (64 + 20))  # 64-token prompts, ~20 tokens in at 0.15 s
+    # Prompts arriving at a random time in a run of decode steps wait for its end: half a step on average.
+    return step / 2 + (step + prompts * t0 if separate else max(t0, step)), work
+
+
+def _mixed_medians(rounds: list[dict[str, list]]) -> dict[tuple[int, int, int], float]:
+    """The median TTFT per (decoders, prompts, length) of the mixed probes (rows without `prompts`: 1)."""
+    groups: dict[tuple[int, int, int], list[float]] = {}
+    for row in (row for r in rounds for row in r.get("mixed", [])):
+        if np.isfinite(row["ttft_s"]):
+            key = (int(row["decoders"]), int(row.get("prompts", 1)), int(row["input_tokens"]))
+            groups.setdefault(key, []).append(row["ttft_s"])
+    return {k: float(np.median(v)) for k, v in sorted(groups.items())}
+
+
+def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = False) -> tuple[float, float]:
+    """(factor, relative RMS residual): m prompts of n tokens sent together beside k decoding streams
+    (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
+    `mixed_prompt_factor`), least squares over the medians, factor >= 1 (1: prompt work beside decodes
+    costs what it costs alone)."""
+    med = {k: v for k, v in _mixed_medians(rounds).items() if k[0] > 0}
+    if not med:
+        return 1.0, math.nan
+    parts = np.array([mixed_parts(block, k, m, n, separate=separate) for k, m, n in med])
+    base, work = parts[:, 0], parts[:, 1]
+    y = np.array(list(med.values()))
     factor = max(1.0, float(np.dot(y - base, work) / max(float(np.dot(work, work)), 1e-18)))
     rel = (base + factor * work) / y - 1.0
     return factor, float(np.sqrt(np.mean(rel**2)))
 
 
-def checks(rounds: list[dict[str, list]], block: dict) -> dict[str, list[dict]]:
-    """Predictions of what no fit saw: held-out prefill lengths; a prompt beside k decoding streams
-    (the aggregated instance charges max(T(0), decode step(k)) + T(n) - T(0); 'absorbed' is the
-    alternative where the decodes ride free in the prompt's pass, T(n))."""
-    from harness.costmodel.decode import LinearDecode, PerBatchDecode
-
+def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False) -> dict[str, list[dict]]:
+    """Predictions of what no fit saw: held-out prefill lengths; m prompts beside k decoding streams at
+    factor 1, by the configured step form (`separate`) and by the other one ('other')."""
     t = prefill_curve(block["prefill"])
-    dec = block["decode"]
-    step = (PerBatchDecode(dec["batch_step_s"], dec["per_token_s"]) if dec["kind"] == "per_batch"
-            else LinearDecode(dec["base_s"], dec["per_seq_s"], dec["per_token_s"]))
     pre = [row for r in rounds for row in r["prefill"]]
     held = [{"input_tokens": n, "measured_s": m, "predicted_s": t(n), "rel_error": t(n) / m - 1.0}
             for n, m in _by_length(pre, "holdout").items()]
-    groups: dict[tuple[int, int], list[float]] = {}
-    for row in (row for r in rounds for row in r.get("mixed", [])):
-        if np.isfinite(row["ttft_s"]):
-            groups.setdefault((row["decoders"], row["input_tokens"]), []).append(row["ttft_s"])
     mixed = []
-    for (k, n), v in sorted(groups.items()):
-        m = float(np.median(v))
-        ctx = k * (64 + 80)  # the decoders' context at the probe (64-token prompts, ~80 tokens in)
-        model = max(t(0), step(k, ctx)) + t(n) - t(0)
-        mixed.append({"decoders": k, "input_tokens": n, "measured_s": m, "predicted_s": model,
-                      "rel_error": model / m - 1.0, "absorbed_s": t(n), "absorbed_rel_error": t(n) / m - 1.0})
+    for (k, m, n), y in _mixed_medians(rounds).items():
+        model = sum(mixed_parts(block, k, m, n, separate=separate))
+        other = sum(mixed_parts(block, k, m, n, separate=not separate))
+        mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
+                      "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
     return {"prefill_holdout": held, "mixed": mixed}
 
 

@@ -68,11 +68,14 @@ def test_mixed_check_compares_the_measured_prompt_with_the_models_mixed_step():
     rd["mixed"] = [{"decoders": 3, "input_tokens": 256, "ttft_s": 0.2, "server_prompt_s": 0.19}] * 2
     block = fit([rd], hardware="h", slots=4, source="t")["h"]
     (c,) = checks([rd], block)["mixed"]
+    (s,) = checks([rd], block, separate=True)["mixed"]
     t = prefill_curve(block["prefill"])
-    assert c["measured_s"] == 0.2 and c["absorbed_s"] == pytest.approx(t(256))
-    # the decode step of 3 sequences (8.5 ms) exceeds T(0) (~6 ms): the model charges the difference too
-    assert c["absorbed_s"] + 0.001 < c["predicted_s"] < c["absorbed_s"] + 0.0085
-    assert c["rel_error"] == pytest.approx(c["predicted_s"] / 0.2 - 1)
+    assert c["measured_s"] == 0.2 and c["prompts"] == 1  # rows without `prompts` are one prompt each
+    # shared pass: the decode step of 3 sequences (8.5 ms) exceeds T(0) (~6 ms), the model charges the
+    # difference, and half a step of waiting for the running step; separate passes: the whole step
+    assert t(256) + 0.001 + 0.004 < c["predicted_s"] < t(256) + 0.0085 + 0.0043
+    assert s["predicted_s"] == pytest.approx(t(256) + 1.5 * 0.0085, rel=0.02)
+    assert s["other_form_s"] == c["predicted_s"] and c["rel_error"] == pytest.approx(c["predicted_s"] / 0.2 - 1)
 
 
 def test_mixed_factor_recovers_how_much_slower_a_prompt_runs_beside_decodes():
@@ -91,6 +94,46 @@ def test_mixed_factor_recovers_how_much_slower_a_prompt_runs_beside_decodes():
     assert fit_mixed([rd], block)[0] == 1.0
     rd["mixed"] = []
     assert fit_mixed([rd], block)[0] == 1.0  # no mixed probes: the model's own step
+
+
+def _emulated_mixed_probes(factor: float, separate: bool) -> list[dict]:
+    """The mixed probes (k decoding streams of 64-token prompts, then m prompts of n tokens together
+    0.15 s later) run on the aggregated instance itself: the prompts' TTFT per (k, m, n)."""
+    from harness.clock import VirtualClock
+    from harness.deploy.aggregated import AggregatedDeployment
+    from harness.workload.request import Request
+
+    profile = build_profile(OmegaConf.create(MODEL), OmegaConf.create(HARDWARE), gpus_per_instance=1)
+    rows = []
+    for k, m in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 3)):
+        for n in (256, 1024):
+            clock = VirtualClock()
+            dep = AggregatedDeployment(name="a", clock=clock, profile=profile, instances=1, slots=4, chunk_tokens=2048,
+                                       mixed_prompt_factor=factor, separate_passes=separate)
+            reqs = [Request(i, 0.0, 64, 160, ()) for i in range(k)] + [Request(k + j, 0.15, n, 1, ()) for j in range(m)]
+            for r in reqs:
+                clock.call_at(r.arrival_s, lambda r=r: dep.submit(r))
+            clock.run()
+            rows += [{"decoders": k, "prompts": m, "input_tokens": n, "ttft_s": rec["ttft_s"], "server_prompt_s": 0.0}
+                     for rec in dep.records if rec["request_id"] >= k]
+    return rows
+
+
+@pytest.mark.parametrize("separate", [True, False])
+def test_mixed_fit_recovers_the_factor_of_the_aggregated_instance_it_calibrates(separate):
+    """Probes answered by the emulator's own aggregated instance (prompt work 1.15x beside decodes,
+    several prompts and decoders per step): the calibration's step form for the same
+    `separate_passes` finds 1.15 within 2%, and the other form fits these probes worse."""
+    from .test_aggregated import DECODE, PREFILL
+
+    block = {"prefill": {"kind": "polynomial", "coefficients": PREFILL}, "decode": DECODE}
+    rd = {"prefill": [], "decode": [], "cached": [], "mixed": _emulated_mixed_probes(1.15, separate)}
+    factor, rms = fit_mixed([rd], block, separate=separate)
+    assert factor == pytest.approx(1.15, rel=0.02) and rms < 0.03  # the wait for a step boundary: half a step
+    other, other_rms = fit_mixed([rd], block, separate=not separate)
+    assert other_rms > 2 * rms
+    found = checks([rd], block, separate=separate)["mixed"]
+    assert {(c["decoders"], c["prompts"]) for c in found} == {(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 3)}
 
 
 def test_niceness_is_applied_or_refused_in_one_line(monkeypatch):
