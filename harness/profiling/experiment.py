@@ -210,8 +210,8 @@ class Experiment:
                 step, ctx, how = (cpu_s - base_cpu) / (m - 1), b * (p + m / 2), "cpu"
             for s, res in enumerate(results):
                 self.rows.append(_row("decode", role, res, group=k, batch=b, stream=s, input_tokens=p, max_tokens=m,
-                                      slot=s if pin else None, step_s=step, context_tokens=ctx, step_source=how, cpu_s=cpu_s,
-                                      wall_step_s=server_step))
+                                      slot=s if pin else None, step_s=step, context_tokens=ctx, step_source=how,
+                                      cpu_s=cpu_s, wall_step_s=server_step))
 
     @staticmethod
     def decode_step(results: list[ProbeResult], prompt_tokens: int) -> tuple[float | None, float | None, str]:
