@@ -219,15 +219,16 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
               clock: str = "server") -> tuple[float, float]:
     """(factor, relative RMS residual): m prompts of n tokens sent together beside k decoding streams
     (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
-    `mixed_prompt_factor`), least squares over the medians, factor >= 1 (1: prompt work beside decodes
-    costs what it costs alone)."""
+    `mixed_prompt_factor`), relative least squares over the medians, factor >= 1 (1: prompt work beside
+    decodes costs what it costs alone)."""
     med = {k: v for k, v in _mixed_medians(rounds, clock).items() if k[0] > 0}
     if not med:
         return 1.0, math.nan
     parts = np.array([mixed_parts(block, k, m, n, separate=separate) for k, m, n in med])
     base, work = parts[:, 0], parts[:, 1]
     y = np.array(list(med.values()))
-    factor = max(1.0, float(np.dot(y - base, work) / max(float(np.dot(work, work)), 1e-18)))
+    w = 1.0 / y  # relative least squares: a 1,024-token probe weighs what a 256-token one does
+    factor = max(1.0, float(np.dot((y - base) * w, work * w) / max(float(np.dot(work * w, work * w)), 1e-18)))
     rel = (base + factor * work) / y - 1.0
     return factor, float(np.sqrt(np.mean(rel**2)))
 
