@@ -12,6 +12,7 @@ Exit status 0 when every target holds, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -23,6 +24,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.validation.compare import TARGETS, format_table
+
+
+def print_fitted(meta: dict) -> None:
+    """What each probe round's calibration fitted (the emulator's inputs for the load it brackets)."""
+    for tag, prof in (meta.get("profiles") or {}).items():
+        block = next(iter(prof.values()))
+        steps = block["decode"].get("batch_step_s") or []
+        mixed = (meta.get("mixed_prompt_factor") or {}).get(tag, {})
+        print(f"fitted [{tag}]: decode steps {[round(x * 1e3, 2) for x in steps]} ms, "
+              f"per context token {block['decode']['per_token_s'] * 1e6:.2f} us; "
+              f"mixed_prompt_factor {mixed.get('value', float('nan')):.3f} ({mixed.get('step_form', '?')}, "
+              f"relative RMS {mixed.get('relative_rms_residual', float('nan')):.3f}); "
+              f"wake_s {(meta.get('wake_s') or {}).get(tag, {}).get('value', float('nan')) * 1e3:.1f} ms; "
+              f"prefix_attention {(meta.get('prefix_attention') or {}).get(tag, {}).get('value', float('nan')):.2f}; "
+              f"client overhead {(meta.get('client_overhead_s') or {}).get(tag, float('nan')) * 1e3:.1f} ms")
+        for c in (meta.get("checks") or {}).get(tag, {}).get("mixed", []):
+            print(f"  mixed probe {c.get('prompts', 1)} x {c['input_tokens']} beside {c['decoders']}: measured "
+                  f"{c['measured_s'] * 1e3:.1f} ms, factor 1 {c['rel_error']:+.1%} "
+                  f"(other step form {c.get('other_form_rel_error', float('nan')):+.1%})")
+    print(f"emulator capacity {meta.get('capacity_rps', float('nan')):.3f} req/s")
 
 
 def main() -> int:
@@ -39,6 +60,7 @@ def main() -> int:
     if proc.returncode != 0:
         return proc.returncode
     frame = pd.read_parquet(out / "validation.parquet")
+    print_fitted(json.loads((out / "validation.json").read_text()))
     print(format_table(frame))
     judged = frame[frame["metric"].isin(list(TARGETS))]
     ok = all(abs(r.rel_error) <= TARGETS[r.metric] for r in judged.itertuples())

@@ -25,6 +25,9 @@ validate_engine calibration as idle-gapped probes minus back-to-back ones), `mix
 (what prompt work costs in a step beside decoding sequences, over what it costs alone, >= 1; 1: the same.
 llama-server measured 1.08-1.28 here on a quiet machine: a prompt beside decodes is processed slower than
 alone; measured by the validate_engine calibration from prompts sent beside decoding streams).
+`separate_passes` (false: a step's prompts and decodes share one pass, its fixed cost T(0) paid once and
+the decodes riding in the prompt pass up to T(0); true: the decodes and each prompt chunk are passes of
+their own, as llama-server runs them with its per-slot KV; see `aggregated_instance`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ if TYPE_CHECKING:
 
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
-        "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor")
+        "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor",
+        "separate_passes")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -58,7 +62,8 @@ class AggregatedDeployment:
                  chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
                  cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
                  prefix_attention: float = 1.0, mode: str = "sim", wake_s: float = 0.0,
-                 wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0) -> None:
+                 wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
+                 separate_passes: bool = False) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -69,7 +74,7 @@ class AggregatedDeployment:
             AggregatedInstance(f"agg{i}", clock, profile, slots=slots, chunk_tokens=chunk_tokens,
                                admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish,
                                prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s,
-                               mixed_prompt_factor=mixed_prompt_factor)
+                               mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -194,6 +199,8 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
     require(isinstance(mixed, (int, float)) and mixed >= 1.0,
             f"{where}.mixed_prompt_factor must be a number >= 1 (1: prompt work beside decodes costs what it "
             f"does alone), got {mixed!r}")
+    separate = dep.get("separate_passes", False)
+    require(isinstance(separate, bool), f"{where}.separate_passes must be true or false, got {separate!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -204,6 +211,6 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
         shared_after=shared_after, prefix_attention=float(attention), mode=mode,
         wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
-        mixed_prompt_factor=float(mixed))
+        mixed_prompt_factor=float(mixed), separate_passes=separate)
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

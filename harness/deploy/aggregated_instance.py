@@ -13,7 +13,17 @@ in this step, `T` is the prefill curve, and `base` is the larger of `T(0)` (the 
 cost) and the decode step `decode_step_s(b, context)` of the `b` decoding requests (`T(0)` when
 none decodes); with decoding requests in the step the prompt sum is multiplied by
 `mixed_prompt_factor` (>= 1: an engine may process a prompt slower beside decodes than alone, as
-llama-server does). A step without prompt work is the decode step alone. A lone
+llama-server does). A step without prompt work is the decode step alone.
+
+With `separate_passes` the step's passes are not shared: the decoding requests run as their own pass
+and each prompt chunk as its own, so
+
+    step_s = decode_step_s(b, context) [b > 0] + sum over prefilling requests of [f * (T(c + k) - T(c)) + T(0)]
+
+(`f` the `mixed_prompt_factor` when b > 0, else 1). This is llama-server with its default per-slot
+KV (kv_unified off): it splits a batch into ubatches of consecutive slots with equal token counts,
+so the decode tokens and each prompt mostly run as separate ubatches, each with its own fixed cost.
+Alone a prompt costs T(c + k) - T(c) + T(0) either way. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
 
 A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
@@ -53,7 +63,8 @@ class AggregatedInstance:
     def __init__(self, name: str, clock: Clock, profile, *, slots: int, chunk_tokens: int | None,
                  admit: Callable[[Job], None], on_first_token: Callable[[Job], None],
                  on_done: Callable[[Job], None], prefix_attention: float = 1.0, wake_s: float = 0.0,
-                 wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0) -> None:
+                 wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
+                 separate_passes: bool = False) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -62,6 +73,7 @@ class AggregatedInstance:
         self.prefix_attention = prefix_attention
         self.wake_s, self.wake_after_s = wake_s, wake_after_s
         self.mixed_prompt_factor = mixed_prompt_factor  # prompt work beside decodes costs this much more
+        self.separate_passes = separate_passes  # decodes and each prompt chunk: passes of their own
         self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
@@ -130,7 +142,10 @@ class AggregatedInstance:
         context = sum(s.context for s in decoders)
         prefilling = [s for s in self.running if s.prefill_left > 0]
         if prefilling:
-            base = max(self._t0, self.profile.decode_step_s(len(decoders), context)) if decoders else self._t0
+            if self.separate_passes:
+                base = self.profile.decode_step_s(len(decoders), context) if decoders else 0.0
+            else:
+                base = max(self._t0, self.profile.decode_step_s(len(decoders), context)) if decoders else self._t0
             budget = math.inf if self.chunk_tokens is None else max(1, self.chunk_tokens - len(decoders))
             chunks, work = [], 0.0
             for seq in prefilling:
@@ -143,6 +158,8 @@ class AggregatedInstance:
             self._seg_chunks = chunks
             if decoders and self.mixed_prompt_factor != 1.0:
                 work *= self.mixed_prompt_factor
+            if self.separate_passes:
+                work += len(chunks) * self._t0
             self._start(now, base + work, 1)
             return
         self._seg_chunks = []

@@ -124,9 +124,11 @@ class Experiment:
         res = await self.complete(prompt, max_tokens, cache_prompt=cache_prompt)
         return res, self.cpu_now() - c0
 
-    async def concurrent(self, n: int, prompt_tokens: int, max_tokens: int) -> list[ProbeResult]:
-        return list(await asyncio.gather(*(self.complete(self.prompt(prompt_tokens), max_tokens, cache_prompt=False)
-                                           for _ in range(n))))
+    async def concurrent(self, n: int, prompt_tokens: int, max_tokens: int, pin: bool = False) -> list[ProbeResult]:
+        """n requests together; `pin`: on slots 0..n-1 (one run of consecutive slots, see `decode`)."""
+        return list(await asyncio.gather(*(self.complete(self.prompt(prompt_tokens), max_tokens, cache_prompt=False,
+                                                         slot=i if pin else None)
+                                           for i in range(n))))
 
     async def warmup(self) -> None:
         res = await self.complete(self.prompt(256), 8, cache_prompt=False)
@@ -176,7 +178,15 @@ class Experiment:
                                           prefill_s=self.prefill_time(res, cpu_s)))
 
     async def decode(self, slots: int) -> None:
+        """N streams started together, fitted and held-out sizes alike. With `decode.pin_slots` they run
+        on slots 0..N-1: llama.cpp (kv_unified off, its server's default) splits a batch into one
+        ubatch per run of consecutive slot ids and rebuilds its compute graph whenever the ubatch shape
+        changes, so 3 streams on slots {0,1,3} cost ubatch(2) + ubatch(1) + two rebuilds (10.4-12.8 ms a
+        token measured here, more than 4 streams' 9.9) while {0,1,2} cost one ubatch of 3 (7.7-8.6 ms).
+        Unpinned, the slots the engine picks (least recently used) decide which of the two a probe
+        measures. Pinned, the step per batch size is that of one ubatch of N sequences."""
         dd = self.p.decode
+        pin = bool(dd.get("pin_slots", False))
         batches, holdout = decode_batches(slots, dd.batches, dd.holdout_batches)
         m = int(dd.output_tokens)
         plan = [(b, int(p), role) for role, bs in (("fit", batches), ("holdout", holdout)) for b in bs
@@ -186,13 +196,13 @@ class Experiment:
             base_cpu = math.nan
             if self.cpu is not None:  # the same prefills without the decode: their CPU is subtracted
                 c0 = self.cpu_now()
-                base = await self.concurrent(b, p, 1)
+                base = await self.concurrent(b, p, 1, pin)
                 base_cpu = self.cpu_now() - c0
                 for s, res in enumerate(base):
                     self.rows.append(_row("decode", "prefill_only", res, group=k, batch=b, stream=s, input_tokens=p,
                                           max_tokens=1, cpu_s=base_cpu))
             c0 = self.cpu_now()
-            results = await self.concurrent(b, p, m)
+            results = await self.concurrent(b, p, m, pin)
             cpu_s = self.cpu_now() - c0
             step, ctx, how = self.decode_step(results, p)
             server_step = step
@@ -200,8 +210,8 @@ class Experiment:
                 step, ctx, how = (cpu_s - base_cpu) / (m - 1), b * (p + m / 2), "cpu"
             for s, res in enumerate(results):
                 self.rows.append(_row("decode", role, res, group=k, batch=b, stream=s, input_tokens=p, max_tokens=m,
-                                      step_s=step, context_tokens=ctx, step_source=how, cpu_s=cpu_s,
-                                      wall_step_s=server_step))
+                                      slot=s if pin else None, step_s=step, context_tokens=ctx, step_source=how,
+                                      cpu_s=cpu_s, wall_step_s=server_step))
 
     @staticmethod
     def decode_step(results: list[ProbeResult], prompt_tokens: int) -> tuple[float | None, float | None, str]:

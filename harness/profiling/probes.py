@@ -55,11 +55,15 @@ class Completions:
         self.session, self.url, self.model, self.clock = session, url.rstrip("/"), model, clock
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
 
-    async def __call__(self, prompt: Sequence[int], max_tokens: int, *, cache_prompt: bool) -> ProbeResult:
+    async def __call__(self, prompt: Sequence[int], max_tokens: int, *, cache_prompt: bool,
+                       slot: int | None = None) -> ProbeResult:
+        """`slot`: run on that engine slot (llama.cpp's `id_slot`; other engines ignore the field)."""
         body = {"model": self.model, "prompt": [int(t) for t in prompt], "max_tokens": int(max_tokens),
                 "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
                 "temperature": 0.0, "cache_prompt": cache_prompt,
                 "timings_per_token": True}  # llama.cpp: server-side stamps on every chunk
+        if slot is not None:
+            body["id_slot"] = int(slot)
         res = ProbeResult(sent_s=self.clock())
         try:
             async with self.session.post(self.url + "/v1/completions", json=body, timeout=self.timeout) as resp:

@@ -41,6 +41,9 @@ class DecodeDesign:
     # The step's form: per_batch (a step per batch size + per context token; sizes not fitted are
     # interpolated: what validate_engine uses) | linear (base + per sequence + per context token).
     kind: str = "per_batch"
+    # Streams on slots 0..N-1 (llama.cpp's `id_slot`): the step of one ubatch of N sequences, whatever
+    # slots the engine would pick (see ProfileExperiment.decode). false: the engine picks.
+    pin_slots: bool = True
 
 
 @dataclass

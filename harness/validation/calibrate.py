@@ -15,8 +15,10 @@ Fits (residuals kept in the provenance):
 - prefix attention: what extending a cached prefix costs, from the cached probes.
 - wake: what a prompt costs beyond the back-to-back curve when the engine sat idle before it
   (llama-server on this machine: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
-Checks (reported, never fitted): held-out prefill lengths; a prompt beside k decoding streams,
-against the aggregated instance's mixed step (decode step + the prompt's marginal work).
+- mixed: m prompts sent together beside k decoding streams, fitted as the aggregated instance's
+  step with `mixed_prompt_factor` (`mixed_parts`, its form set by `deployment.separate_passes`).
+Checks (reported, never fitted): held-out prefill lengths; the mixed probes at factor 1, by both
+step forms (shared pass, separate passes).
 """
 
 from __future__ import annotations
@@ -40,17 +42,40 @@ def _medians(rows: list[dict]) -> list[dict]:
     return [{**g[0], "step_s": float(np.median([r["step_s"] for r in g]))} for g in groups.values()]
 
 
-def _by_length(rows: list[dict], role: str = "fit") -> dict[int, float]:
-    """The median TTFT per probe length (one stalled probe cannot tilt the curve)."""
+def client_overhead(rows: list[dict]) -> float:
+    """What the client adds to the engine's own prompt time: the median over the back-to-back prefill
+    probes of client TTFT - the engine's timings.prompt_ms (0 when the engine sends no timings)."""
+    gaps = [float(r["ttft_s"]) - float(r["server_prompt_s"]) for r in rows
+            if r.get("role", "fit") == "fit" and _served(r) and np.isfinite(r["ttft_s"])]
+    return max(0.0, float(np.median(gaps))) if gaps else 0.0
+
+
+def _served(row: dict) -> bool:
+    v = row.get("server_prompt_s")
+    return v is not None and bool(np.isfinite(v)) and v > 0
+
+
+def _time(row: dict, overhead: float | None) -> float:
+    """A probe's prompt time: with `overhead` (clock server) the engine's own prompt time + the median
+    client overhead, so a stall of the client or the machine between send and the engine's start
+    (up to 250 ms seen right after a validation load, the engine's own time unmoved) does not enter
+    the fit; else (or without engine timings) the client TTFT."""
+    if overhead is not None and _served(row):
+        return float(row["server_prompt_s"]) + overhead
+    return float(row["ttft_s"])
+
+
+def _by_length(rows: list[dict], role: str = "fit", overhead: float | None = None) -> dict[int, float]:
+    """The median prompt time per probe length (one stalled probe cannot tilt the curve)."""
     by: dict[int, list[float]] = {}
     for r in rows:
-        if r.get("role", "fit") == role and np.isfinite(r["ttft_s"]):
-            by.setdefault(int(r["input_tokens"]), []).append(float(r["ttft_s"]))
+        if r.get("role", "fit") == role and np.isfinite(_time(r, overhead)):
+            by.setdefault(int(r["input_tokens"]), []).append(_time(r, overhead))
     return {n: float(np.median(v)) for n, v in sorted(by.items())}
 
 
-def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
-    med = _by_length(rows)
+def _fit_prefill(rows: list[dict], overhead: float | None = None) -> tuple[list[float], float]:
+    med = _by_length(rows, overhead=overhead)
     x = np.array(list(med), float)
     y = np.array(list(med.values()), float)
     a = np.vstack([np.ones_like(x), x, x * x]).T / y[:, None]  # relative least squares
@@ -60,14 +85,15 @@ def _fit_prefill(rows: list[dict]) -> tuple[list[float], float]:
     return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
 
 
-def _fit_prefill_table(rows: list[dict], knots: list[int] | None = None) -> tuple[list[int], list[float], float]:
+def _fit_prefill_table(rows: list[dict], knots: list[int] | None = None,
+                       overhead: float | None = None) -> tuple[list[int], list[float], float]:
     """(tokens, seconds, relative RMS residual): a non-decreasing piecewise-linear T with corners at
     `knots` (default: the probe lengths), fitted to the median TTFT per length by non-negative least
     squares on relative error: T(l) = y0 + sum_j d_j * clip((l - x_{j-1}) / (x_j - x_{j-1}), 0, 1),
     y0, d_j >= 0. With fewer knots than lengths, neighbouring lengths smooth each other's noise."""
     from scipy.optimize import nnls
 
-    med = _by_length(rows)
+    med = _by_length(rows, overhead=overhead)
     x = np.array(list(med), float)
     y = np.array(list(med.values()), float)
     lo, hi = min(med), max(med)  # corners outside the probed lengths are dropped; both ends are corners
@@ -152,52 +178,82 @@ def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tupl
     return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
 
-def fit_mixed(rounds: list[dict[str, list]], block: dict) -> tuple[float, float]:
-    """(factor, relative RMS residual): a prompt of n tokens sent beside k decoding streams, as
-    max(T(0), step(k)) + factor * [T(n) - T(0)] (the aggregated instance's mixed step with
-    `mixed_prompt_factor`), least squares over the medians, factor >= 1 (1: the prompt's work costs
-    what it costs alone). The same probes `checks` reports against factor 1."""
-    rows = checks(rounds, block)["mixed"]
-    if not rows:
-        return 1.0, math.nan
+def _decode_step(block: dict) -> Callable[[int, float], float]:
+    from harness.costmodel.decode import LinearDecode, PerBatchDecode
+
+    dec = block["decode"]
+    return (PerBatchDecode(dec["batch_step_s"], dec["per_token_s"]) if dec["kind"] == "per_batch"
+            else LinearDecode(dec["base_s"], dec["per_seq_s"], dec["per_token_s"]))
+
+
+def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separate: bool) -> tuple[float, float]:
+    """(fixed, work): the aggregated instance's step with `prompts` fresh prompts of `tokens` tokens
+    beside `decoders` decoding probe streams is fixed + mixed_prompt_factor * work (the factor applies
+    only when decoders > 0), timed from the step's start as the engine's prompt time is (a prompt also
+    waits for the step running when it arrives, which the emulator has as such). `separate`
+    (deployment.separate_passes): the decodes' step plus each prompt's own T(0); else one shared pass,
+    max(T(0), decode step) + the prompts' marginal work."""
     t = prefill_curve(block["prefill"])
-    base = np.array([r["predicted_s"] - (t(r["input_tokens"]) - t(0)) for r in rows])
-    work = np.array([t(r["input_tokens"]) - t(0) for r in rows])
-    y = np.array([r["measured_s"] for r in rows])
-    factor = max(1.0, float(np.dot(y - base, work) / max(float(np.dot(work, work)), 1e-18)))
+    t0 = t(0)
+    work = prompts * (t(tokens) - t0)
+    if decoders == 0:
+        return (prompts * t0 if separate else t0), work
+    step = _decode_step(block)(decoders, decoders * (64 + 20))  # 64-token prompts, ~20 tokens in at 0.15 s
+    return (step + prompts * t0 if separate else max(t0, step)), work
+
+
+def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server") -> dict[tuple[int, int, int], float]:
+    """The median prompt time per (decoders, prompts, length) of the mixed probes (rows without
+    `prompts`: 1): the engine's own prompt time + the client overhead (clock server, `_time`)."""
+    pre = [row for r in rounds for row in r["prefill"]]
+    overhead = client_overhead(pre) if clock == "server" else None
+    groups: dict[tuple[int, int, int], list[float]] = {}
+    for row in (row for r in rounds for row in r.get("mixed", [])):
+        if np.isfinite(_time(row, overhead)):
+            key = (int(row["decoders"]), int(row.get("prompts", 1)), int(row["input_tokens"]))
+            groups.setdefault(key, []).append(_time(row, overhead))
+    return {k: float(np.median(v)) for k, v in sorted(groups.items())}
+
+
+def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
+              clock: str = "server") -> tuple[float, float]:
+    """(factor, relative RMS residual): m prompts of n tokens sent together beside k decoding streams
+    (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
+    `mixed_prompt_factor`), relative least squares over the medians, factor >= 1 (1: prompt work beside
+    decodes costs what it costs alone)."""
+    med = {k: v for k, v in _mixed_medians(rounds, clock).items() if k[0] > 0}
+    if not med:
+        return 1.0, math.nan
+    parts = np.array([mixed_parts(block, k, m, n, separate=separate) for k, m, n in med])
+    base, work = parts[:, 0], parts[:, 1]
+    y = np.array(list(med.values()))
+    w = 1.0 / y  # relative least squares: a 1,024-token probe weighs what a 256-token one does
+    factor = max(1.0, float(np.dot((y - base) * w, work * w) / max(float(np.dot(work * w, work * w)), 1e-18)))
     rel = (base + factor * work) / y - 1.0
     return factor, float(np.sqrt(np.mean(rel**2)))
 
 
-def checks(rounds: list[dict[str, list]], block: dict) -> dict[str, list[dict]]:
-    """Predictions of what no fit saw: held-out prefill lengths; a prompt beside k decoding streams
-    (the aggregated instance charges max(T(0), decode step(k)) + T(n) - T(0); 'absorbed' is the
-    alternative where the decodes ride free in the prompt's pass, T(n))."""
-    from harness.costmodel.decode import LinearDecode, PerBatchDecode
-
+def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
+           clock: str = "server") -> dict[str, list[dict]]:
+    """Predictions of what no fit saw: held-out prefill lengths; m prompts beside k decoding streams at
+    factor 1, by the configured step form (`separate`) and by the other one ('other')."""
     t = prefill_curve(block["prefill"])
-    dec = block["decode"]
-    step = (PerBatchDecode(dec["batch_step_s"], dec["per_token_s"]) if dec["kind"] == "per_batch"
-            else LinearDecode(dec["base_s"], dec["per_seq_s"], dec["per_token_s"]))
     pre = [row for r in rounds for row in r["prefill"]]
+    overhead = client_overhead(pre) if clock == "server" else None
     held = [{"input_tokens": n, "measured_s": m, "predicted_s": t(n), "rel_error": t(n) / m - 1.0}
-            for n, m in _by_length(pre, "holdout").items()]
-    groups: dict[tuple[int, int], list[float]] = {}
-    for row in (row for r in rounds for row in r.get("mixed", [])):
-        if np.isfinite(row["ttft_s"]):
-            groups.setdefault((row["decoders"], row["input_tokens"]), []).append(row["ttft_s"])
+            for n, m in _by_length(pre, "holdout", overhead).items()]
     mixed = []
-    for (k, n), v in sorted(groups.items()):
-        m = float(np.median(v))
-        ctx = k * (64 + 80)  # the decoders' context at the probe (64-token prompts, ~80 tokens in)
-        model = max(t(0), step(k, ctx)) + t(n) - t(0)
-        mixed.append({"decoders": k, "input_tokens": n, "measured_s": m, "predicted_s": model,
-                      "rel_error": model / m - 1.0, "absorbed_s": t(n), "absorbed_rel_error": t(n) / m - 1.0})
+    for (k, m, n), y in _mixed_medians(rounds, clock).items():
+        model = sum(mixed_parts(block, k, m, n, separate=separate))
+        other = sum(mixed_parts(block, k, m, n, separate=not separate))
+        mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
+                      "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
     return {"prefill_holdout": held, "mixed": mixed}
 
 
 def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,
-        decode_kind: str = "per_batch", prefill_kind: str = "table", knots: list[int] | None = None) -> dict:
+        decode_kind: str = "per_batch", prefill_kind: str = "table", knots: list[int] | None = None,
+        clock: str = "server") -> dict:
     """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds (the
     `fit` rows; held-out and mixed probes are only checked, see `checks`)."""
     pre = [row for r in rounds for row in r["prefill"]]
@@ -206,15 +262,18 @@ def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str
     batches = sorted({row["batch"] for row in dec})
     prompts = sorted({row["prompt_tokens"] for row in dec})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    what = (f"[M] fitted {stamp} to the median client TTFT (the load generator's own client) of single fresh "
-            f"prompts at {lengths} tokens ({source})")
+    overhead = client_overhead(pre) if clock == "server" else None
+    timed = (f"the engine's own prompt time (timings.prompt_ms) + the median client overhead "
+             f"({(overhead or 0.0) * 1e3:.1f} ms: client TTFT - prompt_ms, the load generator's own client)"
+             if clock == "server" else "the client TTFT (the load generator's own client)")
+    what = f"[M] fitted {stamp} to the median of {timed} of single fresh prompts at {lengths} tokens ({source})"
     if prefill_kind == "table":
-        tokens, seconds, pre_rms = _fit_prefill_table(pre, knots)
+        tokens, seconds, pre_rms = _fit_prefill_table(pre, knots, overhead)
         prefill: dict = {"kind": "table", "tokens": tokens, "seconds": seconds,
                          "provenance": f"{what}; non-decreasing piecewise-linear, corners at {tokens}, relative "
                                        f"least squares; relative RMS residual {pre_rms:.3f}"}
     else:
-        coefficients, pre_rms = _fit_prefill(pre)
+        coefficients, pre_rms = _fit_prefill(pre, overhead)
         prefill = {"kind": "polynomial", "coefficients": coefficients,
                    "provenance": f"{what}; relative RMS residual {pre_rms:.3f}"}
     how = (f"fitted {stamp} to the engine's generation time per token of N={batches} concurrent streams at "

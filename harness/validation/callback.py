@@ -190,7 +190,7 @@ class ValidateCallback(Callback):
         cal = config.experiment.calibration
         t0 = time.monotonic()
         raw = probe(self.url, cal, config.target, config.loadgen, block_tokens=int(config.workload.block_tokens),
-                    seed=int(cal.seed) + len(self.rounds))
+                    seed=int(cal.seed) + len(self.rounds), max_sequences=int(config.deployment.slots))
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "probes.json").write_text(json.dumps(raw, indent=1))
@@ -202,12 +202,21 @@ class ValidateCallback(Callback):
         from harness.validation.calibrate import checks, fit, fit_mixed, fit_prefix_attention, fit_wake, prefill_curve
 
         cal = config.experiment.calibration
+        clock = str(cal.get("clock", "server"))
+        if clock not in ("server", "client"):
+            raise InputError(f"experiment.calibration.clock={clock!r}; valid: server, client")
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
                        source=f"llama-server at {self.url}, probe rounds {tag}", decode_kind=str(cal.decode_kind),
                        prefill_kind=str(cal.prefill_kind),
-                       knots=[int(k) for k in cal.knots] if cal.get("knots") else None)
+                       knots=[int(k) for k in cal.knots] if cal.get("knots") else None, clock=clock)
         _STATE["profiles"] = profiles
         block = next(iter(profiles.values()))
+        if clock == "server":
+            from harness.validation.calibrate import client_overhead
+
+            overhead = client_overhead([row for r in rounds for row in r["prefill"]])
+            self.meta.setdefault("client_overhead_s", {})[tag] = overhead
+            print(f"[{tag}] client overhead over the engine's prompt time: {overhead * 1e3:.1f} ms", flush=True)
         gamma, residual = fit_prefix_attention(rounds, prefill_curve(block["prefill"]))
         _STATE["prefix_attention"] = gamma
         self.meta.setdefault("prefix_attention", {})[tag] = {
@@ -221,22 +230,27 @@ class ValidateCallback(Callback):
             "provenance": f"[M] median over {[r['input_tokens'] for r in wake_rows]} tokens of (TTFT after "
                           f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
         print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
-        mixed, mixed_rms = fit_mixed(rounds, block) if cal.get("fit_mixed", True) else (1.0, math.nan)
+        separate = bool(config.deployment.get("separate_passes", False))
+        form = "separate passes" if separate else "one shared pass"
+        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock) if cal.get("fit_mixed", True)
+                            else (1.0, math.nan))
         _STATE["mixed_prompt_factor"] = mixed
         self.meta.setdefault("mixed_prompt_factor", {})[tag] = {
-            "value": mixed, "relative_rms_residual": mixed_rms,
-            "provenance": "[M] fitted to TTFT of probe prompts sent beside decoding probe streams "
-                          f"({dict(cal.get('mixed') or {})}), probe rounds {tag}"}
-        print(f"[{tag}] prompt work beside decodes: x{mixed:.3f} (relative RMS {mixed_rms:.3f})", flush=True)
-        found = checks(rounds, block)
+            "value": mixed, "relative_rms_residual": mixed_rms, "step_form": form,
+            "provenance": "[M] fitted to TTFT of probe prompts sent together beside decoding probe streams "
+                          f"({dict(cal.get('mixed') or {})}; step form: {form}), probe rounds {tag}"}
+        print(f"[{tag}] prompt work beside decodes ({form}): x{mixed:.3f} (relative RMS {mixed_rms:.3f})",
+              flush=True)
+        found = checks(rounds, block, separate=separate, clock=clock)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:
             print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "
                   f"predicted {c['predicted_s'] * 1e3:.1f} ms ({c['rel_error']:+.1%})", flush=True)
         for c in found["mixed"]:
-            print(f"[{tag}] prompt {c['input_tokens']} beside {c['decoders']} decoding: measured "
-                  f"{c['measured_s'] * 1e3:.1f} ms, model {c['predicted_s'] * 1e3:.1f} ms ({c['rel_error']:+.1%}), "
-                  f"decodes absorbed {c['absorbed_s'] * 1e3:.1f} ms ({c['absorbed_rel_error']:+.1%})", flush=True)
+            print(f"[{tag}] {c['prompts']} x {c['input_tokens']}-token prompt beside {c['decoders']} decoding: "
+                  f"measured {c['measured_s'] * 1e3:.1f} ms, factor 1: {form} {c['predicted_s'] * 1e3:.1f} ms "
+                  f"({c['rel_error']:+.1%}), the other form {c['other_form_s'] * 1e3:.1f} ms "
+                  f"({c['other_form_rel_error']:+.1%})", flush=True)
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))

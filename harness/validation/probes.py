@@ -14,7 +14,9 @@ Rows (plain dicts, saved to calibration/<tag>/probes.json):
 - decode: b streams started together (b x prompt <= the engine's batch, so all b prompts go in one
   step and the b streams decode side by side); the step is the engine's own generation time per
   token (timings.predicted_ms / predicted_n), averaged over the b streams;
-- mixed: a prompt of l tokens sent while k streams decode: what a prompt costs beside decodes.
+- mixed: m prompts of l tokens sent together while k streams decode (`mixed.decoders` x `mixed.prompts`,
+  k + m <= the engine's slots so all m prompts enter one step): what prompts cost beside decodes and
+  beside each other; one row per prompt.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def _ms(row: dict[str, Any], key: str) -> float:
 
 
 async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: DictConfig, *, block_tokens: int,
-                      seed: int) -> dict[str, Any]:
+                      seed: int, max_sequences: int | None = None) -> dict[str, Any]:
     p = ProbeRound(url, target, loadgen, block_tokens, seed)
     await p.send([p.fresh(0, 0.0, 64, 4)], one_at_a_time=True)  # warm-up (and the model's name)
     # (1) prefill: fitted and held-out lengths, interleaved in a seeded random order
@@ -137,26 +139,29 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 if per_token:
                     decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
                                    "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
-    # (4) a prompt beside k decoding streams (checked, not fitted)
+    # (4) m prompts sent together while k streams decode (k + m <= max_sequences: all in one step)
     mixed = []
     mix = cal.get("mixed") or {}
+    shapes = [(int(k), int(m)) for k in mix.get("decoders") or [] for m in mix.get("prompts") or [1]
+              if max_sequences is None or int(k) + int(m) <= max_sequences]
     for _ in range(int(cal.repeats)):
-        for k in mix.get("decoders") or []:
+        for k, m in shapes:
             for n in mix.get("lengths") or []:
-                reqs = [p.fresh(i, 0.0, 64, int(mix.get("decode_tokens", 160))) for i in range(int(k))]
-                reqs.append(p.fresh(int(k), float(mix.get("delay_s", 0.15)), int(n), 1))
+                reqs = [p.fresh(i, 0.0, 64, int(mix.get("decode_tokens", 160))) for i in range(k)]
+                reqs += [p.fresh(k + j, float(mix.get("delay_s", 0.15)), int(n), 1) for j in range(m)]
                 rows = await p.send(reqs, one_at_a_time=False)
-                r = rows[-1]
-                mixed.append({"decoders": int(k), "input_tokens": int(n),
-                              "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
-                              "server_prompt_s": _ms(r, "prompt_ms") / 1e3})
+                mixed += [{"decoders": k, "prompts": m, "input_tokens": int(n),
+                           "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
+                           "server_prompt_s": _ms(r, "prompt_ms") / 1e3} for r in rows[k:]]
     return {"prefill": prefill, "decode": decode, "cached": cached, "mixed": mixed,
             "ids": {"seed": seed, "salt": p.salt}}
 
 
-def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0) -> dict[str, Any]:
+def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0,
+          max_sequences: int | None = None) -> dict[str, Any]:
     """One round of probes against `url` (blocking): {"prefill", "decode", "cached", "mixed"} rows."""
     cal = cal if isinstance(cal, DictConfig) else OmegaConf.create(cal)
     target = target if isinstance(target, DictConfig) else OmegaConf.create(target)
     loadgen = loadgen if isinstance(loadgen, DictConfig) else OmegaConf.create(loadgen)
-    return asyncio.run(probe_round(url, cal, target, loadgen, block_tokens=block_tokens, seed=seed))
+    return asyncio.run(probe_round(url, cal, target, loadgen, block_tokens=block_tokens, seed=seed,
+                                   max_sequences=max_sequences))

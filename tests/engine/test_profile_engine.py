@@ -18,12 +18,15 @@ uses): this engine's step is not linear in the batch (1 thread, CPU clock: ~2.4 
 form missed batch 1 and its batch-3 prediction landed 5-20% off. The held-out batch 3 is predicted by
 interpolating between the fitted 2 and 4; its error is measured and reported (profile.json, the
 written provenance), not held to 10% here: on a loaded machine one held-out group of 2 probes is noisy.
+Decode streams run on slots 0..N-1 (`profile.decode.pin_slots`): llama.cpp runs one ubatch per run of
+consecutive slots, so unpinned the slots the engine picks would decide what a batch of N costs.
 """
 
 from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -54,6 +57,11 @@ def test_harness_profile_fits_the_engine_and_predicts_held_out_probes(engine_ser
     steps = doc["decode"]["median_step_s"]
     assert steps["4x64"] > 1.5 * steps["1x64"] and steps["4x768"] > 1.5 * steps["1x768"]
     assert doc["decode"]["kind"] == "per_batch" and doc["decode"]["b4"] > doc["decode"]["b1"]
+    # decode streams ran on slots 0..N-1 (profile.decode.pin_slots): each batch is one llama.cpp ubatch
+    probes = pd.read_parquet(tmp_path / "probes.parquet")
+    decode = probes[(probes["probe"] == "decode") & probes["role"].isin(["fit", "holdout"])]
+    for _, group in decode.groupby("group"):
+        assert sorted(group["slot"].astype(int)) == list(range(int(group["batch"].iloc[0])))
     checks = {(c["probe"], c.get("batch"), c["input_tokens"]): c for c in doc["holdout"]}
     assert {("prefill", None, 384), ("prefill", None, 768), ("decode", 3, 64), ("decode", 3, 768)} == set(checks)
     for c in doc["holdout"]:

@@ -21,7 +21,9 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.calibration.decode_tokens=24", "workload.output_lengths.high=32", "workload.output_lengths.mu=3.0",
         "workload.input_lengths.high=512", "workload.shared_prompt_tokens=512",
         "experiment.calibration.cached_prefixes=[256]", "experiment.calibration.cached_new=[64]",
-        "experiment.calibration.holdout_lengths=[]", "experiment.calibration.mixed.decoders=[]",
+        "experiment.calibration.holdout_lengths=[]", "experiment.calibration.mixed.decoders=[1]",
+        "experiment.calibration.mixed.prompts=[2,4]", "experiment.calibration.mixed.lengths=[128]",
+        "experiment.calibration.mixed.decode_tokens=40",
         "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]"]
 
 
@@ -45,6 +47,12 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tm
     side = json.loads((sweep / "validation.json").read_text())
     assert side["calibration"]["validation_workload_used"] is False
     assert Path(side["profile_file"]).is_file() and side["capacity_rps"] > 0
+    # mixed probes: 2 prompts beside 1 decoding stream (1 + 4 > the 4 slots: that shape is skipped), fitted
+    # by the deployment's step form (validate_engine: separate passes), the engine's own prompt times
+    for tag, mixed in side["mixed_prompt_factor"].items():
+        assert mixed["step_form"] == "separate passes" and mixed["value"] >= 1.0, (tag, mixed)
+        assert [(c["decoders"], c["prompts"]) for c in side["checks"][tag]["mixed"]] == [(1, 2)]
+        assert 0.0 <= side["client_overhead_s"][tag] < 1.0
     runs = side["runs"]
     # engine and emulator at the same load saw the same requests; the engine ran first at each load
     for run in runs:

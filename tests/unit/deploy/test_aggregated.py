@@ -108,6 +108,23 @@ def test_mixed_prompt_factor_scales_prompt_work_only_in_steps_beside_decodes(pro
     assert slow[1]["tpot_s"] > plain[1]["tpot_s"]  # the decoder waited through the longer step
 
 
+def test_separate_passes_charge_each_prompt_its_fixed_cost_and_the_decodes_their_step(profile):
+    """separate_passes: two prompts in one step cost two alone (each pays T(0)); a prompt beside a
+    decoding request costs its decode step on top; a lone prompt still costs exactly T(n)."""
+    clock, dep = _deployment(profile, chunk_tokens=2048, separate_passes=True)
+    recs = _offer(clock, dep, [_req(1, 0.0, 600, 2), _req(2, 0.0, 600, 2)])
+    assert recs[1]["ttft_s"] == pytest.approx(2 * T(600)) and recs[2]["ttft_s"] == pytest.approx(2 * T(600))
+    reqs = [_req(1, 0.0, 100, 50), _req(2, 0.1, 800, 2)]
+    sep = _offer(*_deployment(profile, chunk_tokens=2048, separate_passes=True, mixed_prompt_factor=1.25), reqs)
+    shared = _offer(*_deployment(profile, chunk_tokens=2048, mixed_prompt_factor=1.25), reqs)
+    assert sep[1]["ttft_s"] == pytest.approx(T(100))
+    # B's step: A's decode step + B's own T(0) + 1.25 x its work, where the shared pass charged
+    # max(T(0), A's step) + 1.25 x its work (T(0) = 10 ms > A's step ~5 ms here)
+    wait = sep[2]["ttft_s"] - shared[2]["ttft_s"]
+    assert wait == pytest.approx(step(1, 100 + 1 + round((0.1 - T(100)) / step(1, 100))), rel=0.05)
+    assert sep[1]["tpot_s"] > shared[1]["tpot_s"]
+
+
 def test_requests_beyond_slots_queue_fifo(profile):
     clock, dep = _deployment(profile, slots=2)
     recs = _offer(clock, dep, [_req(i, 0.0, 200, 20) for i in range(1, 5)])

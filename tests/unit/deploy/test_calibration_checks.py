@@ -68,11 +68,16 @@ def test_mixed_check_compares_the_measured_prompt_with_the_models_mixed_step():
     rd["mixed"] = [{"decoders": 3, "input_tokens": 256, "ttft_s": 0.2, "server_prompt_s": 0.19}] * 2
     block = fit([rd], hardware="h", slots=4, source="t")["h"]
     (c,) = checks([rd], block)["mixed"]
+    (s,) = checks([rd], block, separate=True)["mixed"]
     t = prefill_curve(block["prefill"])
-    assert c["measured_s"] == 0.2 and c["absorbed_s"] == pytest.approx(t(256))
-    # the decode step of 3 sequences (8.5 ms) exceeds T(0) (~6 ms): the model charges the difference too
-    assert c["absorbed_s"] + 0.001 < c["predicted_s"] < c["absorbed_s"] + 0.0085
-    assert c["rel_error"] == pytest.approx(c["predicted_s"] / 0.2 - 1)
+    # the engine's own prompt time (no client overhead measured: the prefill rows carry no engine timings)
+    assert c["measured_s"] == 0.19 and c["prompts"] == 1  # rows without `prompts` are one prompt each
+    assert checks([rd], block, clock="client")["mixed"][0]["measured_s"] == 0.2
+    # shared pass: the decode step of 3 sequences (8.5 ms) exceeds T(0) (~6 ms): the model charges the
+    # difference; separate passes: the whole step
+    assert t(256) + 0.001 < c["predicted_s"] < t(256) + 0.0085
+    assert s["predicted_s"] == pytest.approx(t(256) + 0.0085, rel=0.01)
+    assert s["other_form_s"] == c["predicted_s"] and c["rel_error"] == pytest.approx(c["predicted_s"] / 0.19 - 1)
 
 
 def test_mixed_factor_recovers_how_much_slower_a_prompt_runs_beside_decodes():
@@ -81,16 +86,58 @@ def test_mixed_factor_recovers_how_much_slower_a_prompt_runs_beside_decodes():
     rd = _round(_ubatch_curve)
     block = fit([rd], hardware="h", slots=4, source="t")["h"]
     t = prefill_curve(block["prefill"])
-    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": 1.0, "server_prompt_s": 0.9} for n in (256, 1024)]
+    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": 1.0, "server_prompt_s": None} for n in (256, 1024)]
     base = {c["input_tokens"]: c["predicted_s"] - (t(c["input_tokens"]) - t(0)) for c in checks([rd], block)["mixed"]}
-    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": base[n] + 1.2 * (t(n) - t(0)), "server_prompt_s": 0.0}
+    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": base[n] + 1.2 * (t(n) - t(0)), "server_prompt_s": None}
                    for n in (256, 1024)]
     factor, rms = fit_mixed([rd], block)
     assert factor == pytest.approx(1.2, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
-    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": t(n), "server_prompt_s": 0.0} for n in (256, 1024)]
+    rd["mixed"] = [{"decoders": 3, "input_tokens": n, "ttft_s": t(n), "server_prompt_s": None} for n in (256, 1024)]
     assert fit_mixed([rd], block)[0] == 1.0
     rd["mixed"] = []
     assert fit_mixed([rd], block)[0] == 1.0  # no mixed probes: the model's own step
+
+
+def _emulated_mixed_probes(factor: float, separate: bool) -> list[dict]:
+    """The mixed probes (k decoding streams of 64-token prompts, then m prompts of n tokens together
+    0.15 s later) run on the aggregated instance itself: the prompts' TTFT per (k, m, n)."""
+    from harness.clock import VirtualClock
+    from harness.deploy.aggregated import AggregatedDeployment
+    from harness.workload.request import Request
+
+    profile = build_profile(OmegaConf.create(MODEL), OmegaConf.create(HARDWARE), gpus_per_instance=1)
+    rows = []
+    for k, m in ((1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 3)):
+        for n in (256, 1024):
+            clock = VirtualClock()
+            dep = AggregatedDeployment(name="a", clock=clock, profile=profile, instances=1, slots=4, chunk_tokens=2048,
+                                       mixed_prompt_factor=factor, separate_passes=separate)
+            reqs = [Request(i, 0.0, 64, 160, ()) for i in range(k)] + [Request(k + j, 0.15, n, 1, ()) for j in range(m)]
+            for r in reqs:
+                clock.call_at(r.arrival_s, lambda r=r, dep=dep: dep.submit(r))
+            clock.run()
+            # the engine's prompt time starts with the step that admits the prompt (its prefill start)
+            rows += [{"decoders": k, "prompts": m, "input_tokens": n, "ttft_s": rec["ttft_s"],
+                      "server_prompt_s": rec["first_token_s"] - rec["prefill_start_s"]}
+                     for rec in dep.records if rec["request_id"] >= k]
+    return rows
+
+
+@pytest.mark.parametrize("separate", [True, False])
+def test_mixed_fit_recovers_the_factor_of_the_aggregated_instance_it_calibrates(separate):
+    """Probes answered by the emulator's own aggregated instance (prompt work 1.15x beside decodes,
+    several prompts and decoders per step): the calibration's step form for the same
+    `separate_passes` finds 1.15 within 2%, and the other form fits these probes worse."""
+    from .test_aggregated import DECODE, PREFILL
+
+    block = {"prefill": {"kind": "polynomial", "coefficients": PREFILL}, "decode": DECODE}
+    rd = {"prefill": [], "decode": [], "cached": [], "mixed": _emulated_mixed_probes(1.15, separate)}
+    factor, rms = fit_mixed([rd], block, separate=separate)
+    assert factor == pytest.approx(1.15, rel=0.02) and rms < 0.01
+    _, other_rms = fit_mixed([rd], block, separate=not separate)
+    assert other_rms > 2 * rms
+    found = checks([rd], block, separate=separate)["mixed"]
+    assert {(c["decoders"], c["prompts"]) for c in found} == {(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 3)}
 
 
 def test_niceness_is_applied_or_refused_in_one_line(monkeypatch):
@@ -116,3 +163,18 @@ def test_wake_is_what_idle_gapped_probes_take_beyond_the_back_to_back_curve():
     wake, rows = fit_wake([rd], prefill_curve(block["prefill"]))
     assert wake == pytest.approx(0.025, rel=1e-6) and [r["input_tokens"] for r in rows] == [128, 512, 1024]
     assert fit_wake([_round(_ubatch_curve)], prefill_curve(block["prefill"]))[0] == 0.0  # no idle probes: none
+
+
+def test_server_clock_fit_ignores_client_stalls_the_engine_did_not_see():
+    """Probes whose client TTFT stalled (+200 ms on 2 of 3 repeats of the short lengths, the engine's own
+    prompt time unmoved, as right after a validation load): the server-clock fit gives the engine's
+    curve + the median client overhead (3 ms); the client-clock fit is pulled up by the stalls."""
+    rd = _round(_ubatch_curve)
+    for i, r in enumerate(rd["prefill"]):
+        r["server_prompt_s"] = _ubatch_curve(r["input_tokens"])
+        r["ttft_s"] = r["server_prompt_s"] + 0.003 + (0.2 if i % 3 != 2 and r["input_tokens"] <= 256 else 0.0)
+    server = prefill_curve(fit([rd], hardware="h", slots=4, source="t")["h"]["prefill"])
+    client = prefill_curve(fit([rd], hardware="h", slots=4, source="t", clock="client")["h"]["prefill"])
+    for n in (32, 64, 128, 256, 1024):
+        assert server(n) == pytest.approx(_ubatch_curve(n) + 0.003, rel=1e-6)
+    assert client(32) > _ubatch_curve(32) + 0.05  # 2 of 3 repeats at 32 tokens stalled: the median too
