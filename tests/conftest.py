@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # Modules that mostly wait (measured alone on this 2-core machine: CPU s / wall s, children included).
 WAITING = frozenset({
-    "tests/e2e/test_ray_sweep.py",                      # 17.5 / 30: Ray head boot and shutdown, sweep drivers
+    "tests/e2e/test_ray_sweep.py",                      # 17.5 / 30: a Ray head booting, sweep drivers
     "tests/integration/test_prefix_cache_live.py",      # 1.6 / 12.8: live runs paced on the wall clock
     "tests/integration/test_time_scale_url.py",         # 3.0 / 8.7: a paced load against harness-serve
     "tests/integration/test_overload.py",               # 0.9 / 5.8
@@ -113,8 +113,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
         def _reschedule(self, node) -> None:
             if (node.gateway.id == self._lane and not node.shutting_down and self.workqueue
-                    and self._next_scope(node) is None and self._pending_of(self.assigned_work[node]) == 0):
-                node.shutdown()  # nothing left that waits: the cores have the rest
+                    and self._next_scope(node) is None):
+                node.shutdown()  # nothing left that waits: it finishes what it holds, the cores have the rest
                 return
             super()._reschedule(node)
 
