@@ -27,9 +27,11 @@ plan: $(STAMP)
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
 
-# Two workers (this machine has 2 cores); module-scoped fixtures stay on one worker (--dist loadscope),
-# modules handed out longest first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order).
-TEST_WORKERS ?= 2
+# One worker per core plus a waiting lane: the last worker runs only the modules that mostly wait on
+# servers, timers and a Ray head, so the cores stay busy through those waits (tests/conftest.py picks
+# the modules and the worker). Module-scoped fixtures stay on one worker (--dist loadscope), modules
+# handed out longest first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 # Bytecode cached under .venv/pycache (never in the source tree), also when PYTHONDONTWRITEBYTECODE is set:
 # the suite starts ~100 Pythons (CLI runs, sweep workers) that would each recompile the harness, and each

@@ -7,10 +7,21 @@ the modules with few but long tests (the engine, Ray, the install, the CLI sweep
 ends on one worker running a two-minute tail while the other sits idle. Here the longest work goes
 first (longest-processing-time-first), and the hundreds of short unit modules fill the gaps at the end.
 The order changes when a test runs, never what it checks.
+
+Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadscope` only):
+- The real engine's three modules are one unit: one worker, so one engine server for the session and
+  never two at once (two would start twice and time each other's probes on a shared CPU).
+- With more workers than cores (`make test` starts cores + 1), the last worker is a waiting lane: it
+  runs only the modules in WAITING, which spend most of their wall time waiting on servers, timers and
+  a Ray head (measured alone, CPU seconds over wall seconds: 12-58%), while the other workers, one per
+  core, run everything else. The cores stay busy through those waits, and the CPU-bound work runs no
+  wider than the machine (on a loaded machine a third CPU-bound worker only adds contention). When the
+  lane's queue is empty it stops; a core worker with nothing left takes a waiting module still queued.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -37,3 +48,74 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module_rank[item.path] = min(module_rank.get(item.path, len(DIRECTORY_RANK)), _rank(item))
     items.sort(key=lambda item: module_rank[item.path])
+
+
+# Modules that mostly wait (measured alone on this 2-core machine: CPU s / wall s, children included).
+WAITING = frozenset({
+    "tests/e2e/test_ray_sweep.py",                      # 17.5 / 30: a Ray head booting, sweep drivers
+    "tests/integration/test_prefix_cache_live.py",      # 1.6 / 12.8: live runs paced on the wall clock
+    "tests/integration/test_time_scale_url.py",         # 3.0 / 8.7: a paced load against harness-serve
+    "tests/integration/test_overload.py",               # 0.9 / 5.8
+    "tests/integration/test_sim_live_agreement.py",     # 1.3 / 4.8
+    "tests/integration/test_fault_targets.py",          # 0.8 / 2.8
+    "tests/unit/loadgen/test_loadgen_client.py",        # 0.5 / 1.6
+    "tests/unit/live/test_live_app.py",                 # 0.1 / 1.4
+    "tests/unit/live/test_live_server_surface.py",      # 0.0 / 0.6
+    "tests/unit/live/test_live_clock.py",               # 0.0 / 0.3
+})
+ONE_UNIT = ("tests/engine/",)  # directories whose modules share one worker (a session fixture each starts)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        """loadscope, with ONE_UNIT directories as one unit and a waiting lane (see the module docstring)."""
+
+        _lane: str | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            for prefix in ONE_UNIT:
+                if nodeid.startswith(prefix):
+                    return prefix
+            return super()._split_scope(nodeid)
+
+        def schedule(self) -> None:
+            if self.collection is None and len(self.nodes) > _cores():  # the first call: every worker is up
+                self._lane = max((node.gateway.id for node in self.nodes), key=lambda gw: int(gw.lstrip("gw")))
+            super().schedule()
+
+        def _next_scope(self, node) -> str | None:
+            if not self.workqueue:
+                return None
+            waits = node.gateway.id == self._lane
+            for scope in self.workqueue:
+                if (scope in WAITING) == waits:
+                    return scope
+            return None if waits else next(iter(self.workqueue))
+
+        def _assign_work_unit(self, node) -> None:
+            scope = self._next_scope(node)
+            if scope is None:
+                return
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)  # pops the first unit: this one
+
+        def _reschedule(self, node) -> None:
+            if (node.gateway.id == self._lane and not node.shutting_down and self.workqueue
+                    and self._next_scope(node) is None):
+                node.shutdown()  # nothing left that waits: it finishes what it holds, the cores have the rest
+                return
+            super()._reschedule(node)
+
+    return LaneScheduling(config, log)

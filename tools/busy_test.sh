@@ -13,5 +13,7 @@ for _ in $(seq "${BURNERS:-2}"); do
   burners+=($!)
 done
 echo "busy_test: ${#burners[@]} CPU burners running (pids ${burners[*]})"
+# Without PYTEST_XDIST (run directly, not by make): make test's workers, one per core plus the waiting lane.
+workers=$(( $(nproc) + 1 ))
 # shellcheck disable=SC2086  # the xdist options are words
-"$PY" -m pytest -q ${PYTEST_XDIST:--n 2 --dist loadscope --no-loadscope-reorder} "$@"
+"$PY" -m pytest -q ${PYTEST_XDIST:--n $workers --dist loadscope --no-loadscope-reorder} "$@"
