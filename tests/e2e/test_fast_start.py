@@ -79,3 +79,24 @@ def test_a_config_that_sets_hydra_mode_still_decides_the_mode(tmp_path):
     assert jobs == ["0_workload.num_requests=2", "1_workload.num_requests=3"]
     assert all((sweep / job / "summary.parquet").is_file() for job in jobs)
     assert out.count("completed=") == 2
+
+
+def test_the_task_runs_with_the_collector_on_and_start_up_frozen(tmp_path):
+    """No collections while the command starts; the task runs with the collector on and start-up's
+    objects frozen (its collections walk only what it made); main() leaves the collector as it found it."""
+    code = (
+        "import gc, sys\n"
+        "from harness.hydra_entry import hydra_entry\n"
+        "seen = {}\n"
+        "@hydra_entry(config_name='config')\n"
+        "def task(cfg):\n"
+        "    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())\n"
+        f"sys.argv = ['task', 'hydra.run.dir={tmp_path}']\n"
+        "task()\n"
+        "print(seen['enabled'], seen['frozen'], gc.isenabled(), gc.get_freeze_count())\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    enabled, frozen, enabled_after, frozen_after = done.stdout.split()[-4:]
+    assert enabled == "True" and int(frozen) > 20_000  # hydra, omegaconf, numpy, pandas, the config
+    assert enabled_after == "True" and int(frozen_after) == 0
