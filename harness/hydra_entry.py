@@ -12,9 +12,11 @@ messages are folded into one line that keeps the key and the valid choices Hydra
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import gc
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -231,6 +233,8 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 raise SystemExit(status) from None
             finally:
                 sys.stderr = stderr.inner
+                atexit.unregister(_exiting)  # registered last, so it runs first at exit
+                atexit.register(_exiting)
                 restore_signals()
                 gc.unfreeze()
                 if collecting:
@@ -256,13 +260,10 @@ def _collector_off() -> bool:
     every collection); each task freezes what exists when it starts (body: its collections, the
     sim's explicit one included, walk only what the task made) and unfreezes all when it ends (a
     sweep's next job in this process may collect them), as does main() when it returns. At exit
-    they are frozen again: the interpreter's last collection skips what it is about to free anyway.
-    Together ~0.15 s of a 10-request sim run. Returns whether the collector was on."""
-    import atexit
-
+    they are frozen again (`_exiting`). Together ~0.15 s of a 10-request sim run. Returns whether
+    the collector was on."""
     enabled = gc.isenabled()
     gc.disable()
-    atexit.register(gc.freeze)
     return enabled
 
 
@@ -270,6 +271,20 @@ def _collector_after_start_up(enabled: bool) -> None:
     gc.freeze()
     if enabled:
         gc.enable()
+
+
+def _exiting() -> None:
+    """At interpreter exit, once a command has finished (its status is set): a signal now has
+    nothing left to stop, so SIGINT and SIGTERM are ignored (the handlers main() put back would
+    kill the process with -2 or print a traceback while Python tears down its modules, the longest
+    part of exiting), and every object is frozen (Python's last collection skips what it is
+    about to free anyway)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    gc.freeze()
 
 
 def _output_dir() -> str | None:
