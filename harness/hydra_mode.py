@@ -12,8 +12,8 @@ or `hydra.searchpath`, or one with a package (`key@pkg=...`); a config file or C
 `hydra` node (at its package) holds `mode` or a non-empty `searchpath`, or whose defaults list moves
 a config to the root or to `hydra` (`group@hydra`, `@_global_`, `@_here_`...). Every config of every
 source on the search path (files, package resources, the ConfigStore) is checked, not only those the
-defaults list would select: checking is a text scan (files that name none of `mode`, `searchpath`
-and `@` are not parsed), far cheaper than a composition.
+defaults list would select: checking is a text scan (only files that could set it are parsed, see
+_NAMES): ~5 ms for conf/, against ~160 ms for a composition.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-_NAMES = re.compile(r"\b(mode|searchpath)\b|@")
+# What a config must contain to be able to set hydra.mode: the key, a relocation (`@` outside a
+# comment) or a `hydra:` key given a value on its own line (`hydra: ${...}`).
+_NAMES = re.compile(r"\b(mode|searchpath)\b|^[^#\n]*@|^[ \t]*hydra[ \t]*:[ \t]*[^\s#]", re.MULTILINE)
 _RELATIVE = ("_here_", "_group_", "_name_")
 
 

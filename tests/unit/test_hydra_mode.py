@@ -136,6 +136,11 @@ def test_a_hydra_group_option_with_a_mode_is_composed_not_guessed(tmp_path, hydr
     assert _answers(hydra, []) == (None, None)
 
 
+def test_a_hydra_node_set_by_interpolation_is_composed(tmp_path, hydra_for):
+    files = {**BASE, "part/c.yaml": "# @package _global_\nhydra: ${oc.create:{}}\n"}
+    assert not mode_is_unset(hydra_for(_tree(tmp_path, files)).config_loader, [])
+
+
 def test_an_unused_option_that_sets_the_mode_is_still_composed(tmp_path, hydra_for):
     """Every option of the search path counts, selected or not (an override could select it)."""
     hydra = hydra_for(_tree(tmp_path, {**BASE, "part/c.yaml": "# @package _global_\nhydra:\n  mode: RUN\n"}))
