@@ -161,11 +161,11 @@ def test_a_stored_node_that_sets_the_mode_is_composed(tmp_path, hydra_for):
     hydra = hydra_for(_tree(tmp_path, BASE))
     assert mode_is_unset(hydra.config_loader, [])
     store = ConfigStore.instance()
-    store.store(group="part", name="stored_mode_test", node={"hydra": {"mode": "MULTIRUN"}}, package="_global_")
+    store.store(group="stored_mode_test", name="on", node={"hydra": {"mode": "MULTIRUN"}}, package="_global_")
     try:
         assert not mode_is_unset(hydra.config_loader, [])
     finally:
-        del store.repo["part"]["stored_mode_test.yaml"]
+        del store.repo["stored_mode_test"]  # the store is process-wide: leave it as it was
 
 
 def test_the_original_get_mode_is_restored(hydra_for):
