@@ -206,7 +206,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
 
                 _select_help(task.__module__)
                 args = _parse_args_or_exit(prog)
-                register_configs()
+                register_configs(args.config_name or config_name)  # the schemas this command's config uses
                 hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
                 os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing; we print one line
                 sys.stderr = stderr

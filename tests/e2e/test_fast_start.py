@@ -32,6 +32,7 @@ def test_run_without_figures_imports_no_plotting_and_no_scipy_stats(tmp_path):
         "from harness.cli import main\nmain()")
     assert (tmp_path / "summary.parquet").is_file()
     assert not {"matplotlib", "seaborn", "scipy.stats"} & loaded
+    assert "harness.profiling.schema" not in loaded  # harness-profile's schema: stored only for its config
 
 
 COUNT_COMPOSITIONS = """
