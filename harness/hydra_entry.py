@@ -12,8 +12,11 @@ messages are folded into one line that keeps the key and the valid choices Hydra
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
+import gc
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +172,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
         def body(cfg: Any) -> Any:
             from harness.schema import validate_config
 
+            gc.freeze()  # what exists now stays out of the task's collections (see _collector_off)
             try:
                 validate_config(cfg)  # every value in its range, before anything runs
                 return task(cfg)
@@ -178,6 +182,8 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                     err.harness_traceback = save_traceback(err, _output_dir())  # type: ignore[attr-defined]
                     err.harness_where = crash_site(err)  # type: ignore[attr-defined]  # a worker's traceback is lost
                 raise
+            finally:
+                gc.unfreeze()  # a sweep's next job (same process) may collect them again
 
         def main() -> None:
             restore_signals = install_signal_handlers()
@@ -191,18 +197,22 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                     pass
                 restore_signals()
                 return
+            collecting = _collector_off()
             try:
                 import hydra
 
+                from harness.hydra_mode import mode_without_composing
                 from harness.schema import register_configs
 
                 _select_help(task.__module__)
                 args = _parse_args_or_exit(prog)
-                register_configs()
+                register_configs(args.config_name or config_name)  # the schemas this command's config uses
                 hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
                 os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing; we print one line
                 sys.stderr = stderr
-                hydra_main()
+                _collector_after_start_up(collecting)
+                with mode_without_composing():  # Hydra composes once, not twice (harness/hydra_mode.py)
+                    hydra_main()
             except SystemExit as exc:
                 if exc.code == EXIT_INTERRUPTED:
                     forget_interrupt()
@@ -223,7 +233,12 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 raise SystemExit(status) from None
             finally:
                 sys.stderr = stderr.inner
+                atexit.unregister(_exiting)  # registered last, so it runs first at exit
+                atexit.register(_exiting)
                 restore_signals()
+                gc.unfreeze()
+                if collecting:
+                    gc.enable()
                 if user_full_error is None:
                     os.environ.pop("HYDRA_FULL_ERROR", None)
                 else:
@@ -234,6 +249,42 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
         return main
 
     return decorate
+
+
+def _collector_off() -> bool:
+    """No garbage collection while the command imports its modules and stores its schemas.
+
+    They make ~100,000 long-lived objects and almost no cyclic garbage (peak memory +4 MB without
+    collections), yet Python would walk them all several times. `_collector_after_start_up` turns the
+    collector back on before Hydra composes, with these objects frozen (`gc.freeze`: left out of
+    every collection); each task freezes what exists when it starts (body: its collections, the
+    sim's explicit one included, walk only what the task made) and unfreezes all when it ends (a
+    sweep's next job in this process may collect them), as does main() when it returns. At exit
+    they are frozen again (`_exiting`). Together ~0.15 s of a 10-request sim run. Returns whether
+    the collector was on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    return enabled
+
+
+def _collector_after_start_up(enabled: bool) -> None:
+    gc.freeze()
+    if enabled:
+        gc.enable()
+
+
+def _exiting() -> None:
+    """At interpreter exit, once a command has finished (its status is set): a signal now has
+    nothing left to stop, so SIGINT and SIGTERM are ignored (the handlers main() put back would
+    kill the process with -2 or print a traceback while Python tears down its modules, the longest
+    part of exiting), and every object is frozen (Python's last collection skips what it is
+    about to free anyway)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    gc.freeze()
 
 
 def _output_dir() -> str | None:

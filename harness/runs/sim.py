@@ -139,7 +139,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     interrupted = False
     try:
         try:
-            with stop_on_signals():
+            with stop_on_signals(clock):
                 clock.run()
         except KeyboardInterrupt:
             interrupted = True

@@ -32,3 +32,72 @@ def test_run_without_figures_imports_no_plotting_and_no_scipy_stats(tmp_path):
         "from harness.cli import main\nmain()")
     assert (tmp_path / "summary.parquet").is_file()
     assert not {"matplotlib", "seaborn", "scipy.stats"} & loaded
+    assert "harness.profiling.schema" not in loaded  # harness-profile's schema: stored only for its config
+
+
+COUNT_COMPOSITIONS = """
+import atexit, sys
+from hydra._internal.hydra import Hydra
+calls = []
+compose = Hydra.compose_config
+def counted(self, *args, **kwargs):
+    calls.append(kwargs.get("run_mode"))
+    return compose(self, *args, **kwargs)
+Hydra.compose_config = counted
+atexit.register(lambda: print("compositions", len(calls)))
+sys.argv = ['harness', *ARGS]
+from harness.cli import main
+main()
+"""
+
+
+def _compositions(args: list[str]) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-c", COUNT_COMPOSITIONS.replace("ARGS", repr(args))], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split("compositions")[-1]), done.stdout
+
+
+def test_a_run_composes_its_config_once(tmp_path):
+    """Hydra's get_mode would compose the whole config once more only to read hydra.mode (None)."""
+    count, _ = _compositions(["workload.num_requests=3", f"hydra.run.dir={tmp_path}", "analysis.figures=false",
+                              "loadgen.progress=false"])
+    assert count == 1
+    assert (tmp_path / "summary.parquet").is_file()
+
+
+def test_a_config_that_sets_hydra_mode_still_decides_the_mode(tmp_path):
+    """An experiment in a --config-dir that sets hydra.mode=MULTIRUN: the command sweeps without -m,
+    as Hydra's own get_mode (a composition) decides."""
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "always_sweep.yaml").write_text(
+        "# @package _global_\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n      workload.num_requests: 2,3\n")
+    sweep = tmp_path / "sweep"
+    count, out = _compositions(["--config-dir", str(tmp_path / "conf"), "experiment=always_sweep",
+                                f"hydra.sweep.dir={sweep}", "analysis.figures=false", "loadgen.progress=false"])
+    assert count == 2  # Hydra's get_mode composed (the config can set the mode), then the sweep
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())  # hydra.sweep.subdir: <num>_<overrides>
+    assert jobs == ["0_workload.num_requests=2", "1_workload.num_requests=3"]
+    assert all((sweep / job / "summary.parquet").is_file() for job in jobs)
+    assert out.count("completed=") == 2
+
+
+def test_the_task_runs_with_the_collector_on_and_start_up_frozen(tmp_path):
+    """No collections while the command starts; the task runs with the collector on and start-up's
+    objects frozen (its collections walk only what it made); main() leaves the collector as it found it."""
+    code = (
+        "import gc, sys\n"
+        "from harness.hydra_entry import hydra_entry\n"
+        "seen = {}\n"
+        "@hydra_entry(config_name='config')\n"
+        "def task(cfg):\n"
+        "    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())\n"
+        f"sys.argv = ['task', 'hydra.run.dir={tmp_path}']\n"
+        "task()\n"
+        "print(seen['enabled'], seen['frozen'], gc.isenabled(), gc.get_freeze_count())\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    enabled, frozen, enabled_after, frozen_after = done.stdout.split()[-4:]
+    assert enabled == "True" and int(frozen) > 20_000  # hydra, omegaconf, numpy, pandas, the config
+    assert enabled_after == "True" and int(frozen_after) == 0

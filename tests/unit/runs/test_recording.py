@@ -90,3 +90,32 @@ def test_no_path_records_nothing():
     stream.add(_row(0))
     stream.close()
     assert stream.written == 0
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_virtual_run_between_events_not_inside_one(sig):
+    """The signal lands inside an event (here: the event sends it): the event still finishes, the
+    events due at that instant run, and the run stops before any later one."""
+    import os
+    import signal
+
+    from harness.clock import VirtualClock
+    from harness.runs.recording import stop_on_signals
+
+    clock = VirtualClock()
+    done: list[str] = []
+
+    def event() -> None:
+        os.kill(os.getpid(), getattr(signal, sig))
+        for _ in range(1000):  # bytecodes after the signal, where it used to raise
+            pass
+        done.append("event, whole")
+
+    clock.fire_at(1.0, event)
+    clock.fire_at(1.0, lambda: done.append("same instant"))
+    clock.fire_at(2.0, lambda: done.append("later"))
+    before = signal.getsignal(getattr(signal, sig))
+    with pytest.raises(KeyboardInterrupt), stop_on_signals(clock):
+        clock.run()
+    assert done == ["event, whole", "same instant"]
+    assert signal.getsignal(getattr(signal, sig)) is before
