@@ -54,6 +54,15 @@ def _app() -> web.Application:
     return app
 
 
+async def _cancel_the_rest() -> None:
+    """Cancel the handlers still running (a `hang` outlives the runner's shutdown timeout) and wait for
+    them, so no pending task is destroyed with the loop ("Task was destroyed but it is pending!")."""
+    rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
 @pytest.fixture(scope="module")
 def faulty_url():
     loop = asyncio.new_event_loop()
@@ -70,6 +79,7 @@ def faulty_url():
     port = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
     yield f"http://127.0.0.1:{port}"
     asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(10)  # the hung handlers outlive cleanup
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
     loop.close()
