@@ -97,33 +97,6 @@ class DecodeInstance:
         return min(job.request.output_tokens, 1 + max(0, steps - join))
 
     # -- stepping -----------------------------------------------------------------------------
-    def _step_time(self, steps: int) -> float:
-        """Step time over the next `steps` steps: the step at the interval's mean context."""
-        if self._fixed_step_s is not None:
-            return self._fixed_step_s
-        n = len(self._ends)
-        return self.profile.decode_step_s(n, self._context_tokens + n * (steps - 1) / 2.0)
-
-    def _advance(self, k: int) -> None:
-        """k steps done: every running sequence produced k tokens."""
-        self._step += k
-        self._context_tokens += len(self._ends) * k
-
-    def _rebase(self, now: float) -> None:
-        """Move the step origin to the latest boundary at or before `now`."""
-        if self._ends and self._dt > 0:
-            k = math.floor((now - self._step_t) / self._dt + _EPS)
-            self._advance(k)
-            self._step_t += k * self._dt
-        else:
-            self._step_t = now
-
-    def _next_boundary(self, now: float) -> float:
-        if not self._ends:
-            return now
-        k = math.ceil((now - self._step_t) / self._dt - _EPS)
-        return self._step_t + k * self._dt
-
     def admit(self, job: Job) -> None:
         """Reserve a slot now; the request joins at the next step boundary."""
         self.reserved += 1
@@ -132,7 +105,7 @@ class DecodeInstance:
         job.decode_instance = self.name
         clock = self.clock
         now = clock.now()
-        if not self._ends:  # _next_boundary(now), written out: an idle batch starts at once
+        if not self._ends:  # an idle batch starts at once; else the job joins at the next step boundary
             self._join(job)
             return
         when = self._step_t + math.ceil((now - self._step_t) / self._dt - _EPS) * self._dt
@@ -144,9 +117,9 @@ class DecodeInstance:
     def _join(self, job: Job) -> None:
         now = self.clock.now()
         ends = self._ends
-        if ends and self._dt > 0:  # _rebase(now), written out
+        if ends and self._dt > 0:  # the step origin moves to the latest boundary at or before now
             k = math.floor((now - self._step_t) / self._dt + _EPS)
-            self._step += k  # _advance(k)
+            self._step += k  # k steps done: every running sequence produced k tokens
             self._context_tokens += len(ends) * k
             self._step_t += k * self._dt
         else:
@@ -180,7 +153,7 @@ class DecodeInstance:
         if not ends:
             return
         steps = ends[0][0] - self._step
-        if self._fixed_step_s is not None:  # _step_time, inlined
+        if self._fixed_step_s is not None:  # else the step at the interval's mean context
             dt = self._fixed_step_s
         else:
             n = len(ends)
@@ -193,7 +166,7 @@ class DecodeInstance:
         now = self.clock.now()
         ends = self._ends
         end_step = ends[0][0]
-        self._context_tokens += len(ends) * (end_step - self._step)  # _advance(end_step - _step)
+        self._context_tokens += len(ends) * (end_step - self._step)  # the steps done since the origin
         self._step = end_step
         self._step_t = now
         job = heapq.heappop(ends)[2]

@@ -231,7 +231,7 @@ class Link:
 
         One pass retires finished flows and collects the caps of the rest, one more sets their
         max-min fair rates and finds the next event: one call per event. The sharing is
-        `water_fill`'s, the log `RateLog.record`'s and the re-arming `_arm`'s, written out here
+        `water_fill`'s, the log `RateLog.record`'s and the timer's re-arming, written out here
         with the same float operations in the same order (a few flows per event: the calls were
         a third of the event's time).
         """
@@ -321,7 +321,7 @@ class Link:
             log_t.append(now)
             log._rate.append(rate_gbps)
             log._cap.append(cap_gbps)
-        # _arm(now, nxt), written out
+        # Arm the one timer: the earliest of nxt (a flow's end or production end) and the next capacity change
         if self._sched_i < len(sched) and sched[self._sched_i][0] < nxt:
             nxt = sched[self._sched_i][0]
         timer = self._timer
@@ -338,19 +338,3 @@ class Link:
             timer.cancel()
         self._timer = self._clock.call_at(when, self._on_timer)
         self._timer_when = when
-
-    def _record(self, now: float) -> None:
-        self._log.record(now, self._agg / _BYTES_PER_GBIT, self._capacity_gbps)
-
-    def _arm(self, now: float, nxt: float) -> None:
-        """Arm the link's one timer for its next event: the earliest of `nxt` (a flow's end or
-        production end) and the next capacity change."""
-        if self._sched_i < len(self._schedule) and self._schedule[self._sched_i][0] < nxt:
-            nxt = self._schedule[self._sched_i][0]
-        if nxt == math.inf:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            return
-        # Never schedule in the past or at now (which would loop without progress).
-        self._set_timer(max(nxt, math.nextafter(now, math.inf)))
