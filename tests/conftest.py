@@ -21,12 +21,32 @@ Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadsco
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+
+
+def _load_cli_zygote() -> None:
+    """tools/cli_zygote.py as `cli_zygote`: test modules `import cli_zygote` to run the harness's commands
+    forked from a pre-imported Python (its docstring says what stays as in a new process, and which
+    tests keep real ones)."""
+    spec = importlib.util.spec_from_file_location("cli_zygote", TESTS.parent / "tools" / "cli_zygote.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cli_zygote"] = module
+    spec.loader.exec_module(module)
+
+
+_load_cli_zygote()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sys.modules["cli_zygote"].close()
 # Heaviest first: modules marked `slow` and the real engine's (a server per worker), then the CLI and
 # server tests that spawn processes, then the emulator runs, then the unit tests.
 DIRECTORY_RANK = {"engine": 0, "e2e": 1, "integration": 1, "sim": 2, "unit": 3}

@@ -9,6 +9,8 @@ modules by wall time (with CPU, worker, start) and each worker's busy time and l
     .venv/bin/python tools/suite_timeline.py /tmp/tl [N modules]
 
 CPU of a child is counted when it is reaped: a session-scoped server's lands on the worker's last test.
+Commands run through tools/cli_zygote.py count in the test that ran them (its child_cpu()); the
+zygotes' own start-up (~1 s each) is not in any test.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ _out: dict[str, Any] = {}
 
 def _cpu() -> tuple[float, float]:
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    zygote = sys.modules.get("cli_zygote")  # commands forked by tools/cli_zygote.py: the zygote reaps them
+    forked = zygote.child_cpu() if zygote is not None else 0.0
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + forked
 
 
 @pytest.hookimpl(hookwrapper=True)

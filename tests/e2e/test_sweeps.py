@@ -5,10 +5,9 @@ configs swap in cleanly, and a tiny real threshold sweep runs through the Hydra 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import numpy as np
 import pandas as pd
 import pytest
@@ -103,11 +102,11 @@ def test_cluster_launchers_compose_with_a_sweep_experiment_and_replace_joblib(la
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "t"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "-m", "experiment=threshold_sweep",
+    proc = cli_zygote.run(  # forked: see tools/cli_zygote.py (the joblib workers are new processes)
+        ["-m", "harness", "-m", "experiment=threshold_sweep",
          "deployment.router.threshold_tokens=5000,20000,50000", "workload.num_requests=400",
          f"hydra.sweep.dir={out}", "loadgen.progress=false"],
-        cwd=ROOT, check=False, capture_output=True, text=True, timeout=240)
+        cwd=ROOT, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return out, proc.stdout
 
