@@ -50,6 +50,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     sys.modules["cli_zygote"].close()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session):
+    """No garbage collection while the test modules are imported and their ~1,300 items made: they are
+    long-lived and make no cyclic garbage worth a pass (~0.5 s of CPU per xdist worker)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 _gc_module: list[Path] = []
 
 
