@@ -21,13 +21,17 @@ Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadsco
 
 from __future__ import annotations
 
+import copy
 import gc
 import importlib.util
+import io
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 TESTS = Path(__file__).resolve().parent
 
@@ -64,6 +68,39 @@ def pytest_collection(session: pytest.Session):
 
 
 _gc_module: list[Path] = []
+
+
+def _cache_yaml_parses() -> None:
+    """Each Hydra composition parses its ~30 YAML files again (OmegaConf.load, a pure-Python loader):
+    ~15% of a composition's CPU, and the tests compose ~300 times in-process. Here a parse is kept per
+    (text, safe loader class) and each caller gets a deep copy of it: the same objects (plain data) a
+    fresh parse makes.
+    A text that does not parse is parsed anew every time, from a stream with the caller's name, so the
+    error and its position are yaml's own. Commands run in subprocesses are untouched."""
+    parse = yaml.load
+    parsed: dict[tuple[str, str, str], Any] = {}
+
+    def load(stream: Any, Loader: Any) -> Any:  # yaml's own parameter names
+        if not (isinstance(Loader, type) and issubclass(Loader, yaml.SafeLoader)):  # plain data only
+            return parse(stream, Loader)
+        named = not isinstance(stream, str)
+        text = stream.read() if named and hasattr(stream, "read") else stream
+        if not isinstance(text, str):  # bytes: parsed as yaml would, not kept
+            return parse(io.BytesIO(text) if named and hasattr(stream, "read") else text, Loader)
+        resolvers = repr(getattr(Loader, "yaml_implicit_resolvers", None))
+        key = (f"{Loader.__module__}.{Loader.__qualname__}", resolvers, text)
+        if key not in parsed:
+            source: Any = text
+            if named:
+                source = io.StringIO(text)
+                source.name = getattr(stream, "name", "<file>")  # yaml's error marks name the caller's file
+            parsed[key] = parse(source, Loader)
+        return copy.deepcopy(parsed[key])
+
+    yaml.load = load
+
+
+_cache_yaml_parses()
 
 
 @pytest.hookimpl(tryfirst=True)
