@@ -42,6 +42,7 @@ import json
 import locale
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,6 +171,7 @@ class _Zygote:
             self.proc.wait()
         self.listener.close()
         self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _get() -> _Zygote:
