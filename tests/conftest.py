@@ -50,6 +50,11 @@ def _load_cli_zygote() -> None:
 _load_cli_zygote()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.getoption("numprocesses", default=None):
+        sys.modules["cli_zygote"].start()  # the xdist controller: one zygote its workers share
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     sys.modules["cli_zygote"].close()
 

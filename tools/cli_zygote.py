@@ -4,7 +4,8 @@ third-party libraries (a "zygote"), instead of a new interpreter per command.
 Each command in a new interpreter spends ~0.7 s of CPU importing numpy, pandas, pyarrow, scipy,
 Hydra and OmegaConf before the harness does anything; the suite runs ~100 of them. `run()` has
 subprocess.run's API (returncode, stdout, stderr, timeout that kills the command) and forks the
-command from one long-lived zygote per test process (an xdist worker), started on first use.
+command from one long-lived zygote: the xdist controller starts it before its workers, which share
+it (its socket is in $HARNESS_TEST_CLI_ZYGOTE); a test process without one starts its own on first use.
 
 What the child shares with a fresh `python -m`: argv (sys.argv[0] is the module's file, as -m sets
 it), cwd, sys.path[0] (the cwd), a fresh `__main__` module, the module run by runpy exactly as -m
@@ -57,8 +58,11 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "
            "hydra.utils", "hydra._internal.utils", "hydra.core.override_parser.overrides_parser", "omegaconf",
            "yaml", "tqdm", "joblib", "aiohttp")
 
-# Set by pytest for every test; the command gets the caller's value, the zygote's is irrelevant.
+# Set by pytest for every test, and by xdist for each worker: the command gets the caller's value (no
+# library reads them at import time), so they may differ from the zygote's.
 PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
+PER_WORKER = "PYTEST_XDIST_"
+SHARED = "HARNESS_TEST_CLI_ZYGOTE"  # the socket of a zygote started by a parent test process
 _state: dict[str, Any] = {"zygote": None, "child_cpu": 0.0}
 
 
@@ -152,7 +156,10 @@ class _Zygote:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(16)
+        os.environ[SHARED] = self.path  # test processes started from here (xdist workers) use this zygote
         self.env = dict(os.environ)
+        with open(os.path.join(self.folder, "env.json"), "w") as f:
+            json.dump(self.env, f)
         self.log = open(os.path.join(self.folder, "zygote.log"), "wb")  # noqa: SIM115  # lives as long as it
         self.proc = subprocess.Popen([sys.executable, __file__, str(self.listener.fileno())], stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=self.log, pass_fds=[self.listener.fileno()],
@@ -174,21 +181,44 @@ class _Zygote:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _get() -> _Zygote:
+class _Shared:
+    """A zygote another process (the xdist controller) started: its socket and the environment it has."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(os.path.join(os.path.dirname(path), "env.json")) as f:
+            self.env = json.load(f)
+
+    def alive(self) -> bool:
+        return os.path.exists(self.path)
+
+
+def start() -> None:
+    """Start this process's zygote now; processes started from here afterwards share it (an xdist run
+    starts one in the controller, before the workers: one zygote, not one per worker)."""
+    _get()
+
+
+def _get() -> _Zygote | _Shared:
     zygote = _state["zygote"]
     if zygote is None or not zygote.alive():
-        zygote = _state["zygote"] = _Zygote()
+        shared = os.environ.get(SHARED)
+        if zygote is None and shared and os.path.exists(shared):
+            zygote = _Shared(shared)
+        else:
+            zygote = _Zygote()
+        _state["zygote"] = zygote
     return zygote
 
 
 def close() -> None:
     zygote, _state["zygote"] = _state["zygote"], None
-    if zygote is not None:
+    if isinstance(zygote, _Zygote):
         zygote.close()
 
 
 def _drop(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in PER_TEST}
+    return {k: v for k, v in env.items() if k not in PER_TEST and not k.startswith(PER_WORKER)}
 
 
 def _text(data: bytes) -> str:
