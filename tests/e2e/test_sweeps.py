@@ -4,6 +4,7 @@ configs swap in cleanly, and a tiny real threshold sweep runs through the Hydra 
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig
 
 from harness.schema import register_configs
 
@@ -23,10 +25,17 @@ REPORT = "harness.analysis.callback.ReportCallback"
 PLAN = "harness.plan.PlanCallback"
 
 
+_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
+
+
 def compose_cfg(*overrides: str):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    """Composed once per override list in this module (several tests compose `experiment=<name>`
+    alone); each caller gets its own copy."""
+    if overrides not in _COMPOSED:
+        register_configs()
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            _COMPOSED[overrides] = compose("config", overrides=list(overrides), return_hydra_config=True)
+    return copy.deepcopy(_COMPOSED[overrides])
 
 
 def swept(cfg) -> dict[str, list[str]]:
