@@ -58,12 +58,18 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "
            "hydra.utils", "hydra._internal.utils", "hydra.core.override_parser.overrides_parser", "omegaconf",
            "yaml", "tqdm", "joblib", "aiohttp")
 
-# Set by pytest for every test, and by xdist for each worker: the command gets the caller's value (no
-# library reads them at import time), so they may differ from the zygote's.
-PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
+# Set by pytest for every test, and in each xdist worker (its id; the terminal size of the controller):
+# the command gets the caller's value (no preloaded library reads them at import time), so they may
+# differ from the zygote's.
+PER_TEST = frozenset({"PYTEST_CURRENT_TEST", "COLUMNS", "LINES"})
 PER_WORKER = "PYTEST_XDIST_"
 SHARED = "HARNESS_TEST_CLI_ZYGOTE"  # the socket of a zygote started by a parent test process
-_state: dict[str, Any] = {"zygote": None, "child_cpu": 0.0}
+_state: dict[str, Any] = {"zygote": None, "child_cpu": 0.0, "forked": 0, "real": 0}
+
+
+def counts() -> tuple[int, int]:
+    """(commands forked from the zygote, commands run as real subprocesses) in this process."""
+    return int(_state["forked"]), int(_state["real"])
 
 
 def child_cpu() -> float:
@@ -218,7 +224,7 @@ def close() -> None:
 
 
 def _drop(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in PER_TEST and not k.startswith(PER_WORKER)}
+    return {k: v for k, v in env.items() if k not in PER_TEST and k != SHARED and not k.startswith(PER_WORKER)}
 
 
 def _text(data: bytes) -> str:
@@ -245,9 +251,10 @@ def run(args: list[str], *, cwd: str | os.PathLike[str], timeout: float | None =
     timeout=timeout, input=input, env=env), forked from the zygote when `args` is `-m module ...` and the
     environment is the zygote's; a real subprocess otherwise."""
     args = [str(a) for a in args]
-    wanted = dict(os.environ if env is None else env)
     zygote = _get() if len(args) >= 2 and args[0] == "-m" else None
+    wanted = dict(os.environ if env is None else env)
     if zygote is None or _drop(wanted) != _drop(zygote.env):
+        _state["real"] += 1
         return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, check=False,
                               timeout=timeout, input=input, env=env)
     cmd = [sys.executable, *args]
@@ -278,6 +285,7 @@ def run(args: list[str], *, cwd: str | os.PathLike[str], timeout: float | None =
                 timed_out = True
             code, cpu = line.split()
             _state["child_cpu"] += float(cpu)
+            _state["forked"] += 1
         finally:
             conn.close()
         stdout.seek(0)
