@@ -34,7 +34,7 @@ What differs, and why no caller cares (callers that do care keep real subprocess
   anything but `-m <module> args`.
 
 The children's CPU is reaped by the zygote, not by the test process: `child_cpu()` adds it up for
-tools/suite_timeline.py (`child_cpu()`).
+tools/suite_timeline.py.
 """
 
 from __future__ import annotations
