@@ -64,6 +64,8 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "
 PER_TEST = frozenset({"PYTEST_CURRENT_TEST", "COLUMNS", "LINES"})
 PER_WORKER = "PYTEST_XDIST_"
 SHARED = "HARNESS_TEST_CLI_ZYGOTE"  # the socket of a zygote started by a parent test process
+# Linux (pidfds, fork); elsewhere every command runs in a new interpreter.
+AVAILABLE = sys.platform == "linux" and hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
 _state: dict[str, Any] = {"zygote": None, "child_cpu": 0.0, "forked": 0, "real": 0}
 
 
@@ -202,7 +204,8 @@ class _Shared:
 def start() -> None:
     """Start this process's zygote now; processes started from here afterwards share it (an xdist run
     starts one in the controller, before the workers: one zygote, not one per worker)."""
-    _get()
+    if AVAILABLE:
+        _get()
 
 
 def _get() -> _Zygote | _Shared:
@@ -251,7 +254,7 @@ def run(args: list[str], *, cwd: str | os.PathLike[str], timeout: float | None =
     timeout=timeout, input=input, env=env), forked from the zygote when `args` is `-m module ...` and the
     environment is the zygote's; a real subprocess otherwise."""
     args = [str(a) for a in args]
-    zygote = _get() if len(args) >= 2 and args[0] == "-m" else None
+    zygote = _get() if AVAILABLE and len(args) >= 2 and args[0] == "-m" else None
     wanted = dict(os.environ if env is None else env)
     if zygote is None or _drop(wanted) != _drop(zygote.env):
         _state["real"] += 1

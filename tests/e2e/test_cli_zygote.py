@@ -12,6 +12,7 @@ import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not cli_zygote.AVAILABLE, reason="the CLI zygote needs Linux (pidfds)")
 
 PROBE = '''
 import atexit, gc, os, signal, sys, threading
