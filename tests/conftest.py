@@ -21,12 +21,107 @@ Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadsco
 
 from __future__ import annotations
 
+import copy
+import gc
+import importlib.util
+import io
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 TESTS = Path(__file__).resolve().parent
+
+
+def _load_cli_zygote() -> None:
+    """tools/cli_zygote.py as `cli_zygote`: test modules `import cli_zygote` to run the harness's commands
+    forked from a pre-imported Python (its docstring says what stays as in a new process, and which
+    tests keep real ones)."""
+    spec = importlib.util.spec_from_file_location("cli_zygote", TESTS.parent / "tools" / "cli_zygote.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cli_zygote"] = module
+    spec.loader.exec_module(module)
+
+
+_load_cli_zygote()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.getoption("numprocesses", default=None):
+        sys.modules["cli_zygote"].start()  # the xdist controller: one zygote its workers share
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sys.modules["cli_zygote"].close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session):
+    """No garbage collection while the test modules are imported and their ~1,300 items made: they are
+    long-lived and make no cyclic garbage worth a pass (~0.5 s of CPU per xdist worker)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_gc_module: list[Path] = []
+
+
+def _cache_yaml_parses() -> None:
+    """Each Hydra composition parses its ~30 YAML files again (OmegaConf.load, a pure-Python loader):
+    ~15% of a composition's CPU, and the tests compose ~300 times in-process. Here a parse is kept per
+    (text, safe loader class) and each caller gets a deep copy of it: the same objects (plain data) a
+    fresh parse makes.
+    A text that does not parse is parsed anew every time, from a stream with the caller's name, so the
+    error and its position are yaml's own. Commands run in subprocesses are untouched."""
+    parse = yaml.load
+    parsed: dict[tuple[str, str, str], Any] = {}
+
+    def load(stream: Any, Loader: Any) -> Any:  # yaml's own parameter names
+        if not (isinstance(Loader, type) and issubclass(Loader, yaml.SafeLoader)):  # plain data only
+            return parse(stream, Loader)
+        named = not isinstance(stream, str)
+        text = stream.read() if named and hasattr(stream, "read") else stream
+        if not isinstance(text, str):  # bytes: parsed as yaml would, not kept
+            return parse(io.BytesIO(text) if named and hasattr(stream, "read") else text, Loader)
+        resolvers = repr(getattr(Loader, "yaml_implicit_resolvers", None))
+        key = (f"{Loader.__module__}.{Loader.__qualname__}", resolvers, text)
+        if key not in parsed:
+            source: Any = text
+            if named:
+                source = io.StringIO(text)
+                source.name = getattr(stream, "name", "<file>")  # yaml's error marks name the caller's file
+            parsed[key] = parse(source, Loader)
+        return copy.deepcopy(parsed[key])
+
+    yaml.load = load
+
+
+_cache_yaml_parses()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """At each module's first test, what is alive (modules, collected items, session fixtures) leaves the
+    collector's reach (`gc.freeze`), after one full collection, so nothing frozen is garbage. Python's
+    full collections otherwise walk those ~170,000 long-lived objects again and again: 16% of the CPU of
+    tests/sim and tests/unit/workload. Only the collector's work changes: what a test makes is collected
+    as before. The harness's own `gc.unfreeze()` (a command's main(), a load run) undoes it: the next
+    module freezes again."""
+    if _gc_module and _gc_module[0] == item.path:
+        return
+    _gc_module[:] = [item.path]
+    if gc.get_freeze_count() == 0 and gc.isenabled():
+        gc.collect()
+        gc.freeze()
 # Heaviest first: modules marked `slow` and the real engine's (a server per worker), then the CLI and
 # server tests that spawn processes, then the emulator runs, then the unit tests.
 DIRECTORY_RANK = {"engine": 0, "e2e": 1, "integration": 1, "sim": 2, "unit": 3}

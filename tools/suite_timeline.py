@@ -9,6 +9,8 @@ modules by wall time (with CPU, worker, start) and each worker's busy time and l
     .venv/bin/python tools/suite_timeline.py /tmp/tl [N modules]
 
 CPU of a child is counted when it is reaped: a session-scoped server's lands on the worker's last test.
+Commands run through tools/cli_zygote.py count in the test that ran them (its child_cpu()); the
+zygotes' own start-up (~1 s each) is not in any test.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ _out: dict[str, Any] = {}
 
 def _cpu() -> tuple[float, float]:
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    zygote = sys.modules.get("cli_zygote")  # commands forked by tools/cli_zygote.py: the zygote reaps them
+    forked = zygote.child_cpu() if zygote is not None else 0.0
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + forked
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -55,6 +59,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "file" in _out:
+        zygote = sys.modules.get("cli_zygote")
+        if zygote is not None:
+            forked, real = zygote.counts()
+            _out["file"].write(json.dumps({"cli_commands": {"forked": forked, "real": real}}) + "\n")
         _out.pop("file").close()
 
 
@@ -62,7 +70,11 @@ def report(folder: Path, top: int = 60) -> None:
     rows = []
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text().splitlines():
-            rows.append({**json.loads(line), "worker": path.stem})
+            row = json.loads(line)
+            if "cli_commands" in row:  # tools/cli_zygote.py's counts
+                print(f"worker {path.stem}: commands through cli_zygote.run: {row['cli_commands']}")
+                continue
+            rows.append({**row, "worker": path.stem})
     t0 = min(r["start"] for r in rows)
     mods: dict[str, dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: r["start"]):

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pandas as pd
 import pytest
 
@@ -42,8 +43,8 @@ def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
         hook.mkdir(exist_ok=True)
         (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
         env.update(HARNESS_TEST_CRASH=crash, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
-    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    # forked (tools/cli_zygote.py) unless a crash is injected: a hook on PYTHONPATH needs a new interpreter
+    return cli_zygote.run(["-m", *argv], cwd=ROOT, env=env, timeout=timeout)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -5,9 +5,9 @@ checks that caught it. Nothing here is synthetic: the numbers come out of the em
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,8 +15,7 @@ PAPER_CASE = ROOT / "conf" / "gates" / "paper_case.yaml"
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], check=False, capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout)
+    return cli_zygote.run(["-m", *args], cwd=ROOT, timeout=timeout)  # forked: see tools/cli_zygote.py
 
 
 def suite(out: Path, *overrides: str) -> subprocess.CompletedProcess[str]:

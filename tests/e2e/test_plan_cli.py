@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pandas as pd
 import pytest
 
@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_plan(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.plan", f"hydra.run.dir={run_dir}", *overrides],
-                          cwd=ROOT, check=False, capture_output=True, text=True, timeout=120)
+    return cli_zygote.run(["-m", "harness.plan", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
+                          timeout=120)  # forked: see tools/cli_zygote.py
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ so this checks the commands end to end (discovery, Parquet, figures, exit codes)
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import numpy as np
 import pandas as pd
 import pytest
@@ -52,8 +52,7 @@ def write_sweep(root: Path, capacities: dict[str, float], loads=(1.0, 4.0), n: i
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], check=False, capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return cli_zygote.run(["-m", *args], cwd=ROOT, timeout=120)  # forked: see tools/cli_zygote.py
 
 
 @pytest.fixture(scope="module")

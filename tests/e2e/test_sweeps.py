@@ -4,16 +4,17 @@ configs swap in cleanly, and a tiny real threshold sweep runs through the Hydra 
 
 from __future__ import annotations
 
+import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import numpy as np
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig
 
 from harness.schema import register_configs
 
@@ -24,10 +25,17 @@ REPORT = "harness.analysis.callback.ReportCallback"
 PLAN = "harness.plan.PlanCallback"
 
 
+_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
+
+
 def compose_cfg(*overrides: str):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    """Composed once per override list in this module (several tests compose `experiment=<name>`
+    alone); each caller gets its own copy."""
+    if overrides not in _COMPOSED:
+        register_configs()
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            _COMPOSED[overrides] = compose("config", overrides=list(overrides), return_hydra_config=True)
+    return copy.deepcopy(_COMPOSED[overrides])
 
 
 def swept(cfg) -> dict[str, list[str]]:
@@ -103,11 +111,11 @@ def test_cluster_launchers_compose_with_a_sweep_experiment_and_replace_joblib(la
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "t"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "-m", "experiment=threshold_sweep",
+    proc = cli_zygote.run(  # forked: see tools/cli_zygote.py (the joblib workers are new processes)
+        ["-m", "harness", "-m", "experiment=threshold_sweep",
          "deployment.router.threshold_tokens=5000,20000,50000", "workload.num_requests=400",
          f"hydra.sweep.dir={out}", "loadgen.progress=false"],
-        cwd=ROOT, check=False, capture_output=True, text=True, timeout=240)
+        cwd=ROOT, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return out, proc.stdout
 

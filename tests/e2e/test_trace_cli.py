@@ -6,9 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pytest
 
 from harness.trace import main
@@ -20,8 +20,7 @@ BAD_INPUTS = json.loads((BAD_DIR / "expected.json").read_text())
 
 
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.trace", *args], cwd=cwd, check=False, capture_output=True,
-                          text=True, timeout=120)
+    return cli_zygote.run(["-m", "harness.trace", *args], cwd=cwd, timeout=120)  # forked: see tools/cli_zygote.py
 
 
 def _stats(path: Path) -> dict:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pandas as pd
 import pytest
 
@@ -23,9 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_python(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return cli_zygote.run(list(args), cwd=ROOT, timeout=timeout)  # forked: see tools/cli_zygote.py
 
 
 def post(url: str, body: dict, timeout_s: float = 60.0) -> dict:

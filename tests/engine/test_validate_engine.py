@@ -8,10 +8,9 @@ the calibration kept apart from the validation runs, and engine and emulator run
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +28,10 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
 
 def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "harness", "-m", "experiment=validate_engine",
+    proc = cli_zygote.run(["-m", "harness", "-m", "experiment=validate_engine",  # forked: see tools/cli_zygote.py
                            f"target.url={engine_url}", f"hydra.sweep.dir={sweep}",
                            "hydra.sweep.subdir=${hydra.job.num}", *TINY],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+                          cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_parquet(sweep / "validation.parquet")
     assert {"load_rps", "metric", "measured", "predicted", "rel_error"} <= set(frame.columns)

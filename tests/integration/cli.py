@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=32",
@@ -12,5 +13,5 @@ SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096",
 
 
 def python(*args, timeout=120, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, check=False, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    """`python *args` (`-m <command> ...`: forked from the CLI zygote, see tools/cli_zygote.py)."""
+    return cli_zygote.run(list(args), cwd=ROOT, timeout=timeout, **kw)

@@ -3,6 +3,8 @@ the long-term rebalancer. Each test runs whole emulated deployments in virtual t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -13,12 +15,21 @@ from harness.workload import build_workload, trace_stats
 from .conftest import compose_cfg
 
 TRACE = ("workload=mooncake_conversation", "workload.num_requests=4000", "deployment=homogeneous_pd")
+UNLIMITED = (*TRACE, "cache.capacity_tokens=null")  # the default pool: two tests read the same run
 
 
+@functools.cache
 def _run(*overrides):
+    """One run per override list in this module: the tests only read what it returns."""
     cfg = compose_cfg(*overrides)
     result = run_sim(cfg)
     return cfg, result, summarize(result.requests, result.timeseries, result.meta, cfg.analysis)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_runs():
+    yield
+    _run.cache_clear()  # the frames go with the module
 
 
 def _pool_hit(result):
@@ -28,7 +39,7 @@ def _pool_hit(result):
 
 def test_unlimited_pool_hits_what_the_trace_says_it_can():
     """Replayed through homogeneous_pd, the pool's token hit rate is the trace's infinite-cache figure."""
-    cfg, result, _ = _run(*TRACE, "cache.capacity_tokens=null")
+    cfg, result, _ = _run(*UNLIMITED)
     stats = trace_stats(build_workload(cfg.workload), block_tokens=512)
     assert _pool_hit(result) == pytest.approx(stats["prefix_hit_token_frac_infinite"], rel=1e-12)
     assert 0.3 < _pool_hit(result) < 0.45
@@ -50,7 +61,8 @@ def test_a_smaller_pool_hits_less_and_never_more_than_plain_lru():
 
 def test_hybrid_state_matching_reuses_less_than_it_hits():
     """Linear-attention state only matches at stored checkpoints: skipped prefill <= block-level hits."""
-    _, _result, summary = _run(*TRACE)
+    cfg, _result, summary = _run(*UNLIMITED)
+    assert cfg.cache.exact_state_match  # the default: states only at checkpoints
     assert summary["cached_token_frac"] < summary["cache_hit_token_frac"]
     _, _dense_like, dense_summary = _run(*TRACE, "cache.exact_state_match=false")
     assert dense_summary["cached_token_frac"] > summary["cached_token_frac"]

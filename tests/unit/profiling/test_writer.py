@@ -4,10 +4,9 @@ loads through the cost model as any conf/model/ file does."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pytest
 
 from harness.engine.model import ModelSpec, build_model, vocabulary
@@ -72,9 +71,8 @@ def test_a_written_profile_loads_through_build_profile(tmp_path):
 
 def test_a_written_profile_is_found_by_name_on_the_config_path(tmp_path):
     _written(tmp_path, "fitted_x")
-    proc = subprocess.run(
+    proc = cli_zygote.run(  # forked: see tools/cli_zygote.py
         [
-            sys.executable,
             "-m",
             "harness",
             "--config-dir",
@@ -86,10 +84,7 @@ def test_a_written_profile_is_found_by_name_on_the_config_path(tmp_path):
             "model",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "name: fitted_x" in proc.stdout and "cpu_local" in proc.stdout
@@ -102,8 +97,8 @@ def test_architecture_must_name_every_key():
 
 
 def test_harness_profile_without_a_url_is_a_one_line_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness.profile", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = cli_zygote.run(["-m", "harness.profile", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                          timeout=120)  # forked: see tools/cli_zygote.py
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: harness-profile needs target.url=http://HOST:PORT "
                                                 "(an OpenAI-compatible endpoint)"]
