@@ -231,9 +231,11 @@ class ValidateCallback(Callback):
                           f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
         print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
         separate = bool(config.deployment.get("separate_passes", False))
-        form = "separate passes" if separate else "one shared pass"
-        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock) if cal.get("fit_mixed", True)
-                            else (1.0, math.nan))
+        layout = bool(config.deployment.get("slot_layout", False))
+        form = ("separate passes" if separate else "one shared pass") + (", decode ubatches by slot layout"
+                                                                         if layout else "")
+        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock, layout=layout)
+                            if cal.get("fit_mixed", True) else (1.0, math.nan))
         _STATE["mixed_prompt_factor"] = mixed
         self.meta.setdefault("mixed_prompt_factor", {})[tag] = {
             "value": mixed, "relative_rms_residual": mixed_rms, "step_form": form,
@@ -241,7 +243,7 @@ class ValidateCallback(Callback):
                           f"({dict(cal.get('mixed') or {})}; step form: {form}), probe rounds {tag}"}
         print(f"[{tag}] prompt work beside decodes ({form}): x{mixed:.3f} (relative RMS {mixed_rms:.3f})",
               flush=True)
-        found = checks(rounds, block, separate=separate, clock=clock)
+        found = checks(rounds, block, separate=separate, clock=clock, layout=layout)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:
             print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "

@@ -17,6 +17,9 @@ Rows (plain dicts, saved to calibration/<tag>/probes.json):
 - mixed: m prompts of l tokens sent together while k streams decode (`mixed.decoders` x `mixed.prompts`,
   k + m <= the engine's slots so all m prompts enter one step): what prompts cost beside decodes and
   beside each other; one row per prompt.
+With `pin_slots` the streams of a decode probe run on slots 0..b-1 and a mixed probe's decodes on
+0..k-1, its prompts on k..k+m-1 (`id_slot`): llama-server costs a step by the runs of consecutive
+slots it decodes (`harness.deploy.slot_layout`), so a probe's layout must be known to be fitted.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from harness.workload.request import Request, n_blocks
 
 _PROBE_IDS = 0x7E57 << 44  # hash ids of probe prompts: far from any workload's
+PIN_LEAD_S = 0.3  # pinned probes: their shared time origin is this far ahead of the call
 
 
 class _Ids:
@@ -83,6 +87,36 @@ class ProbeRound:
         rows, _, _ = client_rows(load)
         return sorted(rows, key=lambda r: r["request_id"])
 
+    async def send_pinned(self, requests: list[Request], slots: list[int]) -> list[dict[str, Any]]:
+        """The requests together, each on its engine slot (llama.cpp's `id_slot`, through
+        `target.extra_body`): one load-generator run per request, on one shared time origin a little
+        ahead (each run's set-up, a model lookup, takes a while: requests meant to arrive together
+        must not be spread by it)."""
+        from harness.loadgen.clock import MonotonicClock
+        from harness.loadgen.run import client_rows, drive
+
+        start_ns = MonotonicClock().now_ns() + int(PIN_LEAD_S * 1e9)
+
+        async def one(request: Request, slot: int) -> list[dict[str, Any]]:
+            tcfg = copy.deepcopy(self.tcfg)
+            with open_dict(tcfg):
+                body: dict[str, Any] = dict(tcfg.get("extra_body") or {})
+                body["id_slot"] = int(slot)
+                tcfg.extra_body = body
+            load = await drive([request], self.url, tcfg, self.lg, mode="url", concurrency=None, model=self.model,
+                               label="probe", block_tokens=self.block, start_ns=start_ns)
+            self.model = load.model
+            return client_rows(load)[0]
+
+        runs = await asyncio.gather(*(one(r, s) for r, s in zip(requests, slots, strict=True)))
+        return sorted((row for rows in runs for row in rows), key=lambda r: r["request_id"])
+
+    async def together(self, requests: list[Request], pin: bool) -> list[dict[str, Any]]:
+        """The requests at their arrival times; `pin`: request i on slot i (one run of consecutive slots)."""
+        if pin:
+            return await self.send_pinned(requests, list(range(len(requests))))
+        return await self.send(requests, one_at_a_time=False)
+
 
 def _ok(row: dict[str, Any]) -> bool:
     return row.get("error") is None and row.get("ttft_s") is not None and math.isfinite(float(row["ttft_s"]))
@@ -127,13 +161,14 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
     rows = await p.send(reqs, one_at_a_time=True) if reqs else []
     cached = [{"cached_tokens": c, "new_tokens": n, "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
                "server_cache_n": r.get("engine_cache_n")} for (c, n), r in zip(keys, rows[1::2], strict=True)]
-    # (3) decode steps: b streams started together
+    # (3) decode steps: b streams started together (`pin_slots`: on slots 0..b-1, one ubatch)
+    pin = bool(cal.get("pin_slots", False))
     decode = []
     for _ in range(int(cal.repeats)):
         for prompt in cal.decode_prompts:
             for b in cal.batches:
                 reqs = [p.fresh(i, 0.0, int(prompt), int(cal.decode_tokens)) for i in range(int(b))]
-                runs = await p.send(reqs, one_at_a_time=False)
+                runs = await p.together(reqs, pin)
                 per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
                              if _ok(r) and _ms(r, "predicted_n") > 0]
                 if per_token:
@@ -149,7 +184,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
             for n in mix.get("lengths") or []:
                 reqs = [p.fresh(i, 0.0, 64, int(mix.get("decode_tokens", 160))) for i in range(k)]
                 reqs += [p.fresh(k + j, float(mix.get("delay_s", 0.15)), int(n), 1) for j in range(m)]
-                rows = await p.send(reqs, one_at_a_time=False)
+                rows = await p.together(reqs, pin)
                 mixed += [{"decoders": k, "prompts": m, "input_tokens": int(n),
                            "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
                            "server_prompt_s": _ms(r, "prompt_ms") / 1e3} for r in rows[k:]]
