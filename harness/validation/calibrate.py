@@ -18,7 +18,9 @@ Fits (residuals kept in the provenance):
 - mixed: m prompts sent together beside k decoding streams, fitted as the aggregated instance's
   step with `mixed_prompt_factor` (`mixed_parts`, its form set by `deployment.separate_passes`).
 Checks (reported, never fitted): held-out prefill lengths; the mixed probes at factor 1, by both
-step forms (shared pass, separate passes).
+step forms (shared pass, separate passes); streams pinned to other slot layouts (e.g. slots 0 and 2)
+against one decode step per run of consecutive slots (`slot_layout.decode_cost`) and against one
+step of the whole batch.
 """
 
 from __future__ import annotations
@@ -257,7 +259,21 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
                       "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
-    return {"prefill_holdout": held, "mixed": mixed}
+    from harness.deploy.slot_layout import decode_cost
+
+    step = _decode_step(block)
+    layouts = []
+    groups: dict[tuple[int, ...], list[dict]] = {}
+    for row in (row for r in rounds for row in r.get("layouts", [])):
+        groups.setdefault(tuple(row["slots"]), []).append(row)
+    for slots, rows in sorted(groups.items()):
+        y = float(np.median([r["step_s"] for r in rows]))
+        ctx = float(np.mean([r["context_tokens"] for r in rows]))
+        model = decode_cost([(s, ctx) for s in slots], [], step)
+        flat = step(len(slots), ctx * len(slots))
+        layouts.append({"slots": list(slots), "measured_s": y, "predicted_s": model, "rel_error": model / y - 1.0,
+                        "one_ubatch_s": flat, "one_ubatch_rel_error": flat / y - 1.0})
+    return {"prefill_holdout": held, "mixed": mixed, "layouts": layouts}
 
 
 def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,

@@ -253,6 +253,10 @@ class ValidateCallback(Callback):
                   f"measured {c['measured_s'] * 1e3:.1f} ms, factor 1: {form} {c['predicted_s'] * 1e3:.1f} ms "
                   f"({c['rel_error']:+.1%}), the other form {c['other_form_s'] * 1e3:.1f} ms "
                   f"({c['other_form_rel_error']:+.1%})", flush=True)
+        for c in found["layouts"]:
+            print(f"[{tag}] streams on slots {c['slots']}: measured step {c['measured_s'] * 1e3:.2f} ms, a step per "
+                  f"run of consecutive slots {c['predicted_s'] * 1e3:.2f} ms ({c['rel_error']:+.1%}), one step of "
+                  f"the batch {c['one_ubatch_s'] * 1e3:.2f} ms ({c['one_ubatch_rel_error']:+.1%})", flush=True)
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))

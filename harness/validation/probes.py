@@ -19,7 +19,9 @@ Rows (plain dicts, saved to calibration/<tag>/probes.json):
   beside each other; one row per prompt.
 With `pin_slots` the streams of a decode probe run on slots 0..b-1 and a mixed probe's decodes on
 0..k-1, its prompts on k..k+m-1 (`id_slot`): llama-server costs a step by the runs of consecutive
-slots it decodes (`harness.deploy.slot_layout`), so a probe's layout must be known to be fitted.
+slots it decodes (`harness.deploy.slot_layout`), so a probe's layout must be known to be fitted; then
+`layouts` (lists of slots, e.g. [0, 2]) run streams on those slots: checked against the fitted steps
+(one decode step per run of consecutive slots), never fitted.
 """
 
 from __future__ import annotations
@@ -174,6 +176,21 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 if per_token:
                     decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
                                    "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
+    # (3b) pinned streams in other layouts (`layouts`, lists of slots): checked, never fitted
+    layouts = []
+    for _ in range(int(cal.repeats)) if pin else ():
+        for slots in cal.get("layouts") or []:
+            if max_sequences is not None and max(slots) >= max_sequences:
+                continue
+            prompt = int(cal.decode_prompts[0])
+            reqs = [p.fresh(i, 0.0, prompt, int(cal.decode_tokens)) for i in range(len(slots))]
+            runs = await p.send_pinned(reqs, [int(s) for s in slots])
+            per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
+                         if _ok(r) and _ms(r, "predicted_n") > 0]
+            if len(per_token) == len(slots):
+                layouts.append({"slots": [int(s) for s in slots], "prompt_tokens": prompt,
+                                "step_s": float(np.mean(per_token)),
+                                "context_tokens": prompt + int(cal.decode_tokens) / 2})
     # (4) m prompts sent together while k streams decode (k + m <= max_sequences: all in one step)
     mixed = []
     mix = cal.get("mixed") or {}
@@ -188,7 +205,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 mixed += [{"decoders": k, "prompts": m, "input_tokens": int(n),
                            "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
                            "server_prompt_s": _ms(r, "prompt_ms") / 1e3} for r in rows[k:]]
-    return {"prefill": prefill, "decode": decode, "cached": cached, "mixed": mixed,
+    return {"prefill": prefill, "decode": decode, "cached": cached, "mixed": mixed, "layouts": layouts,
             "ids": {"seed": seed, "salt": p.salt}}
 
 
