@@ -17,10 +17,7 @@ splitter (`llama_batch_allocr::split_equal`) in the llama-cpp-python 0.3.36 sdis
 
 `decode_cost` charges each ubatch holding a decoding sequence the profile's decode step of that many
 sequences (`decode_step_s(n, context)`, calibrated on n streams in adjacent slots, one ubatch each);
-prompt chunks are charged by the caller (the aggregated instance's separate-passes form). The context
-a ubatch's attention reads is not the sum of its sequences' contexts: each sequence's attention runs
-over the ubatch's `n_kv` cells, the largest used cell count among its streams padded up to a multiple
-of 256 (`llama_kv_cache::get_n_kv`), so a ubatch of n sequences reads `attention_span` = n x that.
+prompt chunks are charged by the caller (the aggregated instance's separate-passes form).
 """
 
 from __future__ import annotations
@@ -29,16 +26,6 @@ from collections.abc import Callable, Sequence
 
 SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity default
 UBATCH_TOKENS = 512  # llama.cpp's n_ubatch default (-ub)
-KV_PAD = 256  # llama_kv_cache::get_n_kv pads the cells a ubatch's attention reads to this multiple
-
-
-def attention_span(contexts: Sequence[float], pad: int = KV_PAD) -> float:
-    """KV cells the attention of one ubatch reads: its sequences (`contexts`, tokens in KV before the
-    step) times the largest of them + the step's token, padded up to a multiple of `pad` (>= pad)."""
-    if not contexts:
-        return 0.0
-    top = max(contexts) + 1.0
-    return float(len(contexts) * max(pad, pad * -(-top // pad)))
 
 
 def common_prefix_tokens(a: Sequence[int], a_tokens: int, b: Sequence[int], b_tokens: int, block_tokens: int) -> int:
@@ -111,8 +98,8 @@ def ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int = UBATCH_TOKENS) ->
 def decode_cost(decoders: Sequence[tuple[int, float]], prompts: Sequence[tuple[int, int]],
                 step: Callable[[int, float], float], n_ubatch: int = UBATCH_TOKENS) -> float:
     """What the step's ubatches that hold decoding sequences cost: `decoders` (slot, context tokens),
-    `prompts` (slot, prompt tokens this step); `step(n, span)` the decode step of one ubatch of n
-    sequences whose attention reads `span` KV cells (`attention_span` of the decoding sequences in it)."""
+    `prompts` (slot, prompt tokens this step); `step(n, context)` the decode step of one ubatch of n
+    sequences holding `context` tokens of decoding sequences."""
     if not decoders:
         return 0.0
     context = dict(decoders)
@@ -121,5 +108,5 @@ def decode_cost(decoders: Sequence[tuple[int, float]], prompts: Sequence[tuple[i
     for ub in ubatches(batch, n_ubatch):
         held = [context[s] for s, _ in ub if s in context]
         if held:
-            total += step(len(ub), attention_span(held) * len(ub) / len(held))
+            total += step(len(ub), float(sum(held)))
     return total

@@ -259,7 +259,7 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
                       "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
-    from harness.deploy.slot_layout import attention_span, decode_cost
+    from harness.deploy.slot_layout import decode_cost
 
     step = _decode_step(block)
     layouts = []
@@ -270,7 +270,7 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
         y = float(np.median([r["step_s"] for r in rows]))
         ctx = float(np.mean([r["context_tokens"] for r in rows]))
         model = decode_cost([(s, ctx) for s in slots], [], step)
-        flat = step(len(slots), attention_span([ctx] * len(slots)))
+        flat = step(len(slots), ctx * len(slots))
         layouts.append({"slots": list(slots), "measured_s": y, "predicted_s": model, "rel_error": model / y - 1.0,
                         "one_ubatch_s": flat, "one_ubatch_rel_error": flat / y - 1.0})
     return {"prefill_holdout": held, "mixed": mixed, "layouts": layouts}

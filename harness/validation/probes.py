@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.deploy.slot_layout import attention_span
 from harness.workload.request import Request, n_blocks
 
 _PROBE_IDS = 0x7E57 << 44  # hash ids of probe prompts: far from any workload's
@@ -174,13 +173,9 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 runs = await p.together(reqs, pin)
                 per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
                              if _ok(r) and _ms(r, "predicted_n") > 0]
-                # pinned: the KV cells the ubatch's attention reads (slot_layout.attention_span), as the
-                # slot_layout step reads its profile; else the batch's tokens in KV
-                mean = int(prompt) + int(cal.decode_tokens) / 2
-                context = attention_span([mean] * int(b)) if pin else int(b) * mean
                 if per_token:
                     decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
-                                   "context_tokens": context})
+                                   "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
     # (3b) pinned streams in other layouts (`layouts`, lists of slots): checked, never fitted
     layouts = []
     for _ in range(int(cal.repeats)) if pin else ():

@@ -191,8 +191,7 @@ def test_layout_checks_predict_split_slots_as_one_step_per_run_of_consecutive_sl
     found = {tuple(c["slots"]): c for c in checks([rd], block)["layouts"]}
     steps = block["decode"]["batch_step_s"]
     per_token = block["decode"]["per_token_s"]
-    # 160 tokens in KV per stream: each ubatch reads 256 cells per sequence
-    assert found[(0, 2)]["predicted_s"] == pytest.approx(2 * steps[0] + per_token * 512)
-    assert found[(0, 1, 3)]["predicted_s"] == pytest.approx(steps[1] + steps[0] + per_token * 768)
-    assert found[(0, 2)]["one_ubatch_s"] == pytest.approx(steps[1] + per_token * 512)
+    assert found[(0, 2)]["predicted_s"] == pytest.approx(2 * steps[0] + per_token * 320)
+    assert found[(0, 1, 3)]["predicted_s"] == pytest.approx(steps[1] + steps[0] + per_token * 480)
+    assert found[(0, 2)]["one_ubatch_s"] == pytest.approx(steps[1] + per_token * 320)
     assert abs(found[(0, 2)]["rel_error"]) < abs(found[(0, 2)]["one_ubatch_rel_error"])
