@@ -26,8 +26,8 @@ so the decode tokens and each prompt mostly run as separate ubatches, each with 
 With `slot_layout` (on top of separate passes) each admitted request holds an engine slot chosen by
 llama-server's rule, and the decode term is not one step of the b decoders but one decode step per
 ubatch the engine's splitter forms from the step's batch (runs of consecutive slots; a prompt in the
-slot after a decoding run lends it its first token), each reading n x the longest of its streams'
-contexts padded to 256 (`slot_layout.decode_cost`): two decoders in slots 0 and 2 cost
+slot after a decoding run lends it its first token), each with the contexts of its own decoders
+(`slot_layout.decode_cost`): two decoders in slots 0 and 2 cost
 decode_step_s(1, .) twice, in slots 0 and 1 decode_step_s(2, .) once.
 Alone a prompt costs T(c + k) - T(c) + T(0) either way. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
