@@ -31,8 +31,7 @@ their own, as llama-server runs them with its per-slot KV; see `aggregated_insta
 `slot_layout` (needs separate_passes; default false): each request holds an engine slot chosen by
 llama-server's rule (prompt similarity above `slot_similarity`, else least recently used) and a step's
 decodes cost one decode step per ubatch the engine's splitter forms (runs of consecutive slots; a
-prompt's first token joins the run beside it; `ubatch_tokens`, -ub), plus `span_token_s` per KV cell of
-each ubatch's attention span (its sequences x its longest context padded to 256); see `slot_layout`.
+prompt's first token joins the run beside it; `ubatch_tokens`, -ub); see `slot_layout`.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ if TYPE_CHECKING:
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
         "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor",
-        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens", "span_token_s")
+        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -70,7 +69,7 @@ class AggregatedDeployment:
                  prefix_attention: float = 1.0, mode: str = "sim", wake_s: float = 0.0,
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
-                 ubatch_tokens: int = UBATCH_TOKENS, span_token_s: float = 0.0) -> None:
+                 ubatch_tokens: int = UBATCH_TOKENS) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -83,7 +82,7 @@ class AggregatedDeployment:
                                prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s,
                                mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes,
                                slot_layout=slot_layout, slot_similarity=slot_similarity, ubatch_tokens=ubatch_tokens,
-                               block_tokens=block_tokens, span_token_s=span_token_s)
+                               block_tokens=block_tokens)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -220,10 +219,6 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
             f"got {similarity!r}")
     ubatch = dep.get("ubatch_tokens", UBATCH_TOKENS)
     require(isinstance(ubatch, int) and ubatch >= 1, f"{where}.ubatch_tokens must be an integer >= 1, got {ubatch!r}")
-    span = dep.get("span_token_s", 0.0)
-    require(isinstance(span, (int, float)) and span >= 0.0,
-            f"{where}.span_token_s must be a number >= 0 (seconds per KV cell of a ubatch's attention span), "
-            f"got {span!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -235,6 +230,6 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         shared_after=shared_after, prefix_attention=float(attention), mode=mode,
         wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
         mixed_prompt_factor=float(mixed), separate_passes=separate, slot_layout=layout,
-        slot_similarity=float(similarity), ubatch_tokens=int(ubatch), span_token_s=float(span))
+        slot_similarity=float(similarity), ubatch_tokens=int(ubatch))
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

@@ -27,8 +27,7 @@ With `slot_layout` (on top of separate passes) each admitted request holds an en
 llama-server's rule, and the decode term is not one step of the b decoders but one decode step per
 ubatch the engine's splitter forms from the step's batch (runs of consecutive slots; a prompt in the
 slot after a decoding run lends it its first token), each with the contexts of its own decoders
-(`slot_layout.decode_cost`; plus `span_token_s` per cell of its padded attention span): two
-decoders in slots 0 and 2 cost
+(`slot_layout.decode_cost`): two decoders in slots 0 and 2 cost
 decode_step_s(1, .) twice, in slots 0 and 1 decode_step_s(2, .) once.
 Alone a prompt costs T(c + k) - T(c) + T(0) either way. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
@@ -74,7 +73,7 @@ class AggregatedInstance:
                  on_done: Callable[[Job], None], prefix_attention: float = 1.0, wake_s: float = 0.0,
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
-                 ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512, span_token_s: float = 0.0) -> None:
+                 ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -87,7 +86,6 @@ class AggregatedInstance:
         # slot_layout: requests hold engine slots chosen by the engine's rule; decodes cost by ubatch
         self.slots = SlotTable(slots, similarity=slot_similarity, block_tokens=block_tokens) if slot_layout else None
         self.ubatch_tokens = ubatch_tokens
-        self.span_token_s = span_token_s  # slot_layout: per cell of a ubatch's padded attention span
         self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
@@ -179,7 +177,7 @@ class AggregatedInstance:
                 work += len(chunks) * self._t0
             if self.slots is not None:
                 base = decode_cost([(s.slot, s.context) for s in decoders], [(q.slot, k) for q, k in chunks],
-                                   self.profile.decode_step_s, self.ubatch_tokens, self.span_token_s)
+                                   self.profile.decode_step_s, self.ubatch_tokens)
             self._start(now, base + work, 1)
             return
         self._seg_chunks = []
@@ -189,7 +187,7 @@ class AggregatedInstance:
         mid = context + len(decoders) * (steps - 1) / 2.0
         if self.slots is not None:
             dt = decode_cost([(s.slot, s.context + (steps - 1) / 2.0) for s in decoders], [],
-                             self.profile.decode_step_s, self.ubatch_tokens, self.span_token_s)
+                             self.profile.decode_step_s, self.ubatch_tokens)
         else:
             dt = self.profile.decode_step_s(len(decoders), mid)
         self._start(now, dt, steps)

@@ -17,14 +17,10 @@ splitter (`llama_batch_allocr::split_equal`) in the llama-cpp-python 0.3.36 sdis
 
 `decode_cost` charges each ubatch holding a decoding sequence the profile's decode step of that many
 sequences (`decode_step_s(n, context)`, calibrated on n streams in adjacent slots, one ubatch each);
-prompt chunks are charged by the caller (the aggregated instance's separate-passes form). The step's
-context term is the sum of the ubatch's decoders' contexts (the profile's per-token slope) plus
-`span_s` per cell of its `attention_span`: llama.cpp pads the KV cells a ubatch's attention reads to
-its longest stream (`llama_kv_cache::get_n_kv`, multiples of 256), so a long stream among short ones
-costs more than its tokens. Engine CPU per step, slots 0..n-1, 11:15 UTC: 4 streams of 128 tokens
-8.2 ms, 3 x 128 + 1 x 1,400 9.8 ms, 4 x 1,400 12.6 ms (per added token 1.29 vs 0.86 us); 2 streams
-128 + 128 7.05, 128 + 1,400 8.3, 800 + 800 8.5, 1,400 + 1,400 9.05 ms. Sum and span together fit all
-within 3% (0.71 us per token + 0.14 us per span cell); either alone misses one of them.
+prompt chunks are charged by the caller (the aggregated instance's separate-passes form). A ubatch's
+context is the sum of its decoders' contexts: although llama.cpp pads the KV cells a ubatch's
+attention reads to the longest stream (`get_n_kv`), streams of 128 + 1,400 tokens in slots 0, 1 took
+8.3 ms a step and 800 + 800 8.5 ms (engine CPU, 11:15 UTC), as the sum says, not the padded span.
 """
 
 from __future__ import annotations
@@ -33,16 +29,6 @@ from collections.abc import Callable, Sequence
 
 SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity default
 UBATCH_TOKENS = 512  # llama.cpp's n_ubatch default (-ub)
-KV_PAD = 256  # llama_kv_cache::get_n_kv pads the cells a ubatch's attention reads to this multiple
-
-
-def attention_span(contexts: Sequence[float], pad: int = KV_PAD) -> float:
-    """KV cells the attention of one ubatch reads: its sequences (`contexts`, tokens in KV before the
-    step) times the largest of them + the step's token, padded up to a multiple of `pad` (>= pad)."""
-    if not contexts:
-        return 0.0
-    top = max(contexts) + 1.0
-    return float(len(contexts) * max(pad, pad * -(-top // pad)))
 
 
 def common_prefix_tokens(a: Sequence[int], a_tokens: int, b: Sequence[int], b_tokens: int, block_tokens: int) -> int:
@@ -113,11 +99,10 @@ def ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int = UBATCH_TOKENS) ->
 
 
 def decode_cost(decoders: Sequence[tuple[int, float]], prompts: Sequence[tuple[int, int]],
-                step: Callable[[int, float], float], n_ubatch: int = UBATCH_TOKENS, span_s: float = 0.0) -> float:
+                step: Callable[[int, float], float], n_ubatch: int = UBATCH_TOKENS) -> float:
     """What the step's ubatches that hold decoding sequences cost: `decoders` (slot, context tokens),
     `prompts` (slot, prompt tokens this step); `step(n, context)` the decode step of one ubatch of n
-    sequences holding `context` tokens of decoding sequences; `span_s` per cell of the ubatch's
-    `attention_span` (its decoders' contexts, times all its sequences) on top."""
+    sequences holding `context` tokens of decoding sequences."""
     if not decoders:
         return 0.0
     context = dict(decoders)
@@ -127,6 +112,4 @@ def decode_cost(decoders: Sequence[tuple[int, float]], prompts: Sequence[tuple[i
         held = [context[s] for s, _ in ub if s in context]
         if held:
             total += step(len(ub), float(sum(held)))
-            if span_s:
-                total += span_s * attention_span(held) * len(ub) / len(held)
     return total

@@ -40,7 +40,7 @@ def _medians(rows: list[dict]) -> list[dict]:
     """One row per (batch, prompt) probe: the median over repeats (a busy machine has outliers)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["batch"], r["prompt_tokens"], r.get("long_tokens", 0)), []).append(r)
+        groups.setdefault((r["batch"], r["prompt_tokens"]), []).append(r)
     return [{**g[0], "step_s": float(np.median([r["step_s"] for r in g]))} for g in groups.values()]
 
 
@@ -129,45 +129,20 @@ def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
     return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
 
 
-def decode_span_rows(rows: list[dict]) -> bool:
-    """Whether decode probe rows can separate the padded attention span from the sum of contexts:
-    pinned rows (with `span_tokens`) including streams of unequal prompts."""
-    return any(r.get("long_tokens") for r in rows) and all("span_tokens" in r for r in rows)
-
-
-def _fit_decode_per_batch(rows: list[dict], span: bool = False) -> tuple[list[float], float, float]:
-    """(step at zero context per batch 1..max, per-token-of-context slope, relative RMS residual).
-    `span`: a third term per cell of the rows' `span_tokens`, fitted jointly (`fit_decode_span`)."""
-    steps, per_tok, _, rms = _fit_decode_joint(rows, span)
-    return steps, per_tok, rms
-
-
-def fit_decode_span(rounds: list[dict[str, list]]) -> float:
-    """deployment.span_token_s: seconds per KV cell of a ubatch's padded attention span, fitted with
-    the per-batch steps and the per-token slope (the same fit `fit` makes from these rows); 0 unless
-    the rows have pinned streams of unequal prompts (`decode_span_rows`)."""
-    rows = [row for r in rounds for row in r["decode"]]
-    return _fit_decode_joint(rows, True)[2] if decode_span_rows(rows) else 0.0
-
-
-def _fit_decode_joint(rows: list[dict], span: bool) -> tuple[list[float], float, float, float]:
-    span = span and decode_span_rows(rows)
+def _fit_decode_per_batch(rows: list[dict]) -> tuple[list[float], float, float]:
+    """(step at zero context per batch 1..max, per-token-of-context slope, relative RMS residual)."""
     rows = _medians(rows)
     batches = sorted({int(r["batch"]) for r in rows})
     nb = max(batches)
-    a = np.zeros((len(rows), nb + 1 + int(span)))
+    a = np.zeros((len(rows), nb + 1))
     for i, r in enumerate(rows):
         a[i, int(r["batch"]) - 1] = 1.0
         a[i, nb] = r["context_tokens"]
-        if span:
-            a[i, nb + 1] = r["span_tokens"]
     y = np.array([r["step_s"] for r in rows], float)
     coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    for j in range(nb, a.shape[1]):  # a context term the data does not support (negative): dropped
-        if coef[j] < 0:
-            keep = [k for k in range(a.shape[1]) if k != j]
-            coef[keep], *_ = np.linalg.lstsq(a[:, keep], y, rcond=None)
-            coef[j] = 0.0
+    if coef[nb] < 0:
+        coef[:nb], *_ = np.linalg.lstsq(a[:, :nb], y, rcond=None)
+        coef[nb] = 0.0
     coef = np.maximum(coef, 0.0)
     steps = coef[:nb].tolist()
     for b in range(1, nb + 1):  # a batch size never probed: interpolate its neighbours
@@ -175,7 +150,7 @@ def _fit_decode_joint(rows: list[dict], span: bool) -> tuple[list[float], float,
             lo, hi = max(x for x in batches if x < b), min(x for x in batches if x > b)
             steps[b - 1] = steps[lo - 1] + (steps[hi - 1] - steps[lo - 1]) * (b - lo) / (hi - lo)
     rel = (a @ coef) / y - 1.0
-    return steps, float(coef[nb]), float(coef[nb + 1]) if span else 0.0, float(np.sqrt(np.mean(rel**2)))
+    return steps, float(coef[nb]), float(np.sqrt(np.mean(rel**2)))
 
 
 def fit_prefix_attention(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tuple[float, float]:
@@ -214,7 +189,7 @@ def _decode_step(block: dict) -> Callable[[int, float], float]:
 
 
 def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separate: bool,
-                layout: bool = False, span_s: float = 0.0) -> tuple[float, float]:
+                layout: bool = False) -> tuple[float, float]:
     """(fixed, work): the aggregated instance's step with `prompts` fresh prompts of `tokens` tokens
     beside `decoders` decoding probe streams is fixed + mixed_prompt_factor * work (the factor applies
     only when decoders > 0), timed from the step's start as the engine's prompt time is (a prompt also
@@ -232,7 +207,7 @@ def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separa
         from harness.deploy.slot_layout import decode_cost
 
         held = decode_cost([(i, 64.0 + 20.0) for i in range(decoders)],
-                           [(decoders + j, tokens) for j in range(prompts)], _decode_step(block), span_s=span_s)
+                           [(decoders + j, tokens) for j in range(prompts)], _decode_step(block))
         return held + prompts * t0, work
     step = _decode_step(block)(decoders, decoders * (64 + 20))  # 64-token prompts, ~20 tokens in at 0.15 s
     return (step + prompts * t0 if separate else max(t0, step)), work
@@ -252,7 +227,7 @@ def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server") -> dict
 
 
 def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-              clock: str = "server", layout: bool = False, span_s: float = 0.0) -> tuple[float, float]:
+              clock: str = "server", layout: bool = False) -> tuple[float, float]:
     """(factor, relative RMS residual): m prompts of n tokens sent together beside k decoding streams
     (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
     `mixed_prompt_factor`), relative least squares over the medians, factor >= 1 (1: prompt work beside
@@ -260,8 +235,7 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
     med = {k: v for k, v in _mixed_medians(rounds, clock).items() if k[0] > 0}
     if not med:
         return 1.0, math.nan
-    parts = np.array([mixed_parts(block, k, m, n, separate=separate, layout=layout, span_s=span_s)
-                      for k, m, n in med])
+    parts = np.array([mixed_parts(block, k, m, n, separate=separate, layout=layout) for k, m, n in med])
     base, work = parts[:, 0], parts[:, 1]
     y = np.array(list(med.values()))
     w = 1.0 / y  # relative least squares: a 1,024-token probe weighs what a 256-token one does
@@ -271,7 +245,7 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
 
 
 def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-           clock: str = "server", layout: bool = False, span_s: float = 0.0) -> dict[str, list[dict]]:
+           clock: str = "server", layout: bool = False) -> dict[str, list[dict]]:
     """Predictions of what no fit saw: held-out prefill lengths; m prompts beside k decoding streams at
     factor 1, by the configured step form (`separate`) and by the other one ('other')."""
     t = prefill_curve(block["prefill"])
@@ -281,11 +255,11 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
             for n, m in _by_length(pre, "holdout", overhead).items()]
     mixed = []
     for (k, m, n), y in _mixed_medians(rounds, clock).items():
-        model = sum(mixed_parts(block, k, m, n, separate=separate, layout=layout, span_s=span_s))
+        model = sum(mixed_parts(block, k, m, n, separate=separate, layout=layout))
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
                       "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
-    from harness.deploy.slot_layout import attention_span, decode_cost
+    from harness.deploy.slot_layout import decode_cost
 
     step = _decode_step(block)
     layouts = []
@@ -295,8 +269,8 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
     for slots, rows in sorted(groups.items()):
         y = float(np.median([r["step_s"] for r in rows]))
         ctx = float(np.mean([r["context_tokens"] for r in rows]))
-        model = decode_cost([(s, ctx) for s in slots], [], step, span_s=span_s)
-        flat = step(len(slots), ctx * len(slots)) + span_s * attention_span([ctx] * len(slots))
+        model = decode_cost([(s, ctx) for s in slots], [], step)
+        flat = step(len(slots), ctx * len(slots))
         layouts.append({"slots": list(slots), "measured_s": y, "predicted_s": model, "rel_error": model / y - 1.0,
                         "one_ubatch_s": flat, "one_ubatch_rel_error": flat / y - 1.0})
     return {"prefill_holdout": held, "mixed": mixed, "layouts": layouts}
@@ -330,7 +304,7 @@ def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str
     how = (f"fitted {stamp} to the engine's generation time per token of N={batches} concurrent streams at "
            f"{prompts}-token prompts ({source})")
     if decode_kind == "per_batch":
-        steps, per_tok, dec_rms = _fit_decode_per_batch(dec, span=True)
+        steps, per_tok, dec_rms = _fit_decode_per_batch(dec)
         decode = {"kind": "per_batch", "batch_step_s": steps, "per_token_s": per_tok}
     else:
         (base, per_seq, per_tok), dec_rms = _fit_decode(dec)

@@ -69,10 +69,6 @@ def _mixed() -> float:
     return float(_STATE.get("mixed_prompt_factor", 1.0))
 
 
-def _span() -> float:
-    return float(_STATE.get("span_token_s", 0.0))
-
-
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
@@ -80,7 +76,7 @@ def _offset(fraction: Any) -> int:
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
                    ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake),
-                   ("validate_mixed", _mixed), ("validate_span", _span)):
+                   ("validate_mixed", _mixed)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -203,15 +199,7 @@ class ValidateCallback(Callback):
                                                    "at": time.strftime("%H:%M:%SZ", time.gmtime())})
 
     def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
-        from harness.validation.calibrate import (
-            checks,
-            fit,
-            fit_decode_span,
-            fit_mixed,
-            fit_prefix_attention,
-            fit_wake,
-            prefill_curve,
-        )
+        from harness.validation.calibrate import checks, fit, fit_mixed, fit_prefix_attention, fit_wake, prefill_curve
 
         cal = config.experiment.calibration
         clock = str(cal.get("clock", "server"))
@@ -244,16 +232,9 @@ class ValidateCallback(Callback):
         print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
         separate = bool(config.deployment.get("separate_passes", False))
         layout = bool(config.deployment.get("slot_layout", False))
-        span = fit_decode_span(rounds) if layout else 0.0
-        _STATE["span_token_s"] = span
-        self.meta.setdefault("span_token_s", {})[tag] = {
-            "value": span, "provenance": "[M] fitted with the per-batch decode steps to pinned probe streams of equal "
-                                         f"and unequal prompts ({dict(cal.get('uneven') or {})}), probe rounds {tag}"}
-        if layout:
-            print(f"[{tag}] decode: {span * 1e6:.3f} us per cell of a ubatch's padded attention span", flush=True)
         form = ("separate passes" if separate else "one shared pass") + (", decode ubatches by slot layout"
                                                                          if layout else "")
-        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock, layout=layout, span_s=span)
+        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock, layout=layout)
                             if cal.get("fit_mixed", True) else (1.0, math.nan))
         _STATE["mixed_prompt_factor"] = mixed
         self.meta.setdefault("mixed_prompt_factor", {})[tag] = {
@@ -262,7 +243,7 @@ class ValidateCallback(Callback):
                           f"({dict(cal.get('mixed') or {})}; step form: {form}), probe rounds {tag}"}
         print(f"[{tag}] prompt work beside decodes ({form}): x{mixed:.3f} (relative RMS {mixed_rms:.3f})",
               flush=True)
-        found = checks(rounds, block, separate=separate, clock=clock, layout=layout, span_s=span)
+        found = checks(rounds, block, separate=separate, clock=clock, layout=layout)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:
             print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "

@@ -21,9 +21,7 @@ With `pin_slots` the streams of a decode probe run on slots 0..b-1 and a mixed p
 0..k-1, its prompts on k..k+m-1 (`id_slot`): llama-server costs a step by the runs of consecutive
 slots it decodes (`harness.deploy.slot_layout`), so a probe's layout must be known to be fitted; then
 `layouts` (lists of slots, e.g. [0, 2]) run streams on those slots: checked against the fitted steps
-(one decode step per run of consecutive slots), never fitted; and `uneven` runs one long-prompt
-stream beside b - 1 short ones (slots 0..b-1), so the fit can tell the sum of contexts from the
-padded span a ubatch's attention reads (`slot_layout.attention_span`).
+(one decode step per run of consecutive slots), never fitted.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.deploy.slot_layout import attention_span
 from harness.workload.request import Request, n_blocks
 
 _PROBE_IDS = 0x7E57 << 44  # hash ids of probe prompts: far from any workload's
@@ -177,24 +174,8 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
                              if _ok(r) and _ms(r, "predicted_n") > 0]
                 if per_token:
-                    mean = int(prompt) + int(cal.decode_tokens) / 2
                     decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
-                                   "context_tokens": int(b) * mean, "long_tokens": 0,
-                                   **({"span_tokens": attention_span([mean] * int(b))} if pin else {})})
-        # pinned: stream 0 with a long prompt beside b - 1 short ones (a ubatch's attention reads the
-        # longest stream's cells for all: fits deployment.span_token_s beside the per-token slope)
-        uneven = cal.get("uneven") or {}
-        for b in (uneven.get("batches") or []) if pin else ():
-            long, short = int(uneven["long_prompt"]), int(cal.decode_prompts[0])
-            reqs = [p.fresh(i, 0.0, long if i == 0 else short, int(cal.decode_tokens)) for i in range(int(b))]
-            runs = await p.together(reqs, pin)
-            per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
-                         if _ok(r) and _ms(r, "predicted_n") > 0]
-            if len(per_token) == int(b):
-                means = [n + int(cal.decode_tokens) / 2 for n in [long] + [short] * (int(b) - 1)]
-                decode.append({"batch": int(b), "prompt_tokens": short, "long_tokens": long,
-                               "step_s": float(np.mean(per_token)), "context_tokens": float(sum(means)),
-                               "span_tokens": attention_span(means)})
+                                   "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
     # (3b) pinned streams in other layouts (`layouts`, lists of slots): checked, never fitted
     layouts = []
     for _ in range(int(cal.repeats)) if pin else ():

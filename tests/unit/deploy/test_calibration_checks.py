@@ -195,27 +195,3 @@ def test_layout_checks_predict_split_slots_as_one_step_per_run_of_consecutive_sl
     assert found[(0, 1, 3)]["predicted_s"] == pytest.approx(steps[1] + steps[0] + per_token * 480)
     assert found[(0, 2)]["one_ubatch_s"] == pytest.approx(steps[1] + per_token * 320)
     assert abs(found[(0, 2)]["rel_error"]) < abs(found[(0, 2)]["one_ubatch_rel_error"])
-
-
-def test_decode_span_is_fitted_only_from_pinned_streams_of_unequal_prompts():
-    """Rows made by a step of u(b) + 0.7 us per context token + 0.15 us per span cell: the joint fit
-    recovers all three; without the unequal rows the span is not fitted (0)."""
-    from harness.deploy.slot_layout import attention_span
-    from harness.validation.calibrate import fit_decode_span
-
-    u = {1: 0.002, 2: 0.0068, 3: 0.0075, 4: 0.008}
-
-    def row(b, prompts, long=0):
-        means = [n + 32.0 for n in prompts]
-        step = u[b] + 0.7e-6 * sum(means) + 0.15e-6 * attention_span(means)
-        return {"batch": b, "prompt_tokens": prompts[-1], "long_tokens": long, "step_s": step,
-                "context_tokens": sum(means), "span_tokens": attention_span(means)}
-
-    dec = [row(b, [p] * b) for b in (1, 2, 3, 4) for p in (128, 448)]
-    uneven = [row(b, [1408] + [128] * (b - 1), 1408) for b in (2, 4)]
-    rd = {**_round(_ubatch_curve), "decode": dec + uneven}
-    assert fit_decode_span([rd]) == pytest.approx(0.15e-6, rel=1e-6)
-    block = fit([rd], hardware="h", slots=4, source="t")["h"]["decode"]
-    assert block["per_token_s"] == pytest.approx(0.7e-6, rel=1e-6)
-    assert block["batch_step_s"] == pytest.approx([u[b] for b in (1, 2, 3, 4)], rel=1e-6)
-    assert fit_decode_span([{**rd, "decode": dec}]) == 0.0

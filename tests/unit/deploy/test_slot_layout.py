@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from harness.deploy.slot_layout import SlotTable, attention_span, common_prefix_tokens, decode_cost, ubatches
+from harness.deploy.slot_layout import SlotTable, common_prefix_tokens, decode_cost, ubatches
 from harness.errors import InputError
 from harness.validation.calibrate import mixed_parts
 
@@ -135,22 +135,3 @@ def test_config_group_defaults_keep_the_layout_off():
     conf = OmegaConf.load("conf/deployment/aggregated.yaml")
     assert conf.slot_layout is False and conf.slot_similarity == 0.1 and conf.ubatch_tokens == 512
     assert MODEL and HARDWARE  # the shared test model (imported for the instance tests)
-
-
-def test_attention_span_is_the_sequences_times_the_longest_padded_to_256():
-    assert attention_span([100.0]) == 256  # at least one pad
-    assert attention_span([255.0]) == 256  # 255 in KV + this step's token = 256 cells
-    assert attention_span([256.0]) == 512
-    assert attention_span([100.0, 1500.0]) == 2 * 1536  # the longest sets the span of both
-    assert attention_span([]) == 0
-
-
-def test_span_term_charges_each_ubatch_its_padded_span():
-    def f(n, ctx):
-        return 0.001 * n + 1e-6 * ctx
-
-    # slots 0, 1 one ubatch (span 2 x 1536); slot 3 its own (256)
-    got = decode_cost([(0, 100.0), (1, 1500.0), (3, 100.0)], [], f, span_s=1e-7)
-    assert got == pytest.approx(f(2, 1600) + 1e-7 * 2 * 1536 + f(1, 100) + 1e-7 * 256)
-    # a prompt's token riding in the ubatch reads the same cells: 2 sequences x 256
-    assert decode_cost([(0, 100.0)], [(1, 800)], f, span_s=1e-7) == pytest.approx(f(2, 100) + 1e-7 * 512)
