@@ -24,7 +24,8 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.calibration.holdout_lengths=[]", "experiment.calibration.mixed.decoders=[1]",
         "experiment.calibration.mixed.prompts=[2,4]", "experiment.calibration.mixed.lengths=[128]",
         "experiment.calibration.mixed.decode_tokens=40",
-        "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]"]
+        "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]",
+        "experiment.calibration.layouts=[[0,2]]"]
 
 
 def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):
@@ -48,9 +49,13 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tm
     assert side["calibration"]["validation_workload_used"] is False
     assert Path(side["profile_file"]).is_file() and side["capacity_rps"] > 0
     # mixed probes: 2 prompts beside 1 decoding stream (1 + 4 > the 4 slots: that shape is skipped), fitted
-    # by the deployment's step form (validate_engine: separate passes), the engine's own prompt times
+    # by the deployment's step form (validate_engine: separate passes, slot layout), the engine's own prompt
+    # times; streams pinned to slots 0 and 2 checked against the fitted steps
     for tag, mixed in side["mixed_prompt_factor"].items():
-        assert mixed["step_form"] == "separate passes" and mixed["value"] >= 1.0, (tag, mixed)
+        assert mixed["step_form"] == "separate passes, decode ubatches by slot layout" and mixed["value"] >= 1.0, \
+            (tag, mixed)
+        layouts = side["checks"][tag]["layouts"]
+        assert [c["slots"] for c in layouts] == [[0, 2]] and layouts[0]["measured_s"] > 0, (tag, layouts)
         assert [(c["decoders"], c["prompts"]) for c in side["checks"][tag]["mixed"]] == [(1, 2)]
         assert 0.0 <= side["client_overhead_s"][tag] < 1.0
     runs = side["runs"]
