@@ -11,6 +11,9 @@ The suite's jobs are the emulator's runs (sim mode, `deployment=aggregated`), on
    so the loads are fractions of what the emulator predicts it can carry;
 4. for each load, before its sim job: the engine at that load (`mode=url`, run directory
    `<sweep>/engine/load<i>`), so engine and emulator runs interleave; with
+   `experiment.repeat_engine`, the engine runs the same workload a second time right after
+   (`<sweep>/engine/load<i>_repeat`, hash ids moved so nothing is cached): its engine-vs-engine
+   differences sit beside the emulator's errors (validation.parquet `repeat`, `repeat_rel_diff`); with
    `experiment.recalibrate`, a probe round follows each engine run and that load's emulator run
    uses the fit of the two probe rounds around it (the machine's speed drifts within minutes);
 5. at the end: `validation.parquet` (load_rps, metric, measured, predicted, rel_error),
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from harness.engine.server import EngineServer
 
 _STATE: dict[str, Any] = {}
+REPEAT_ID_SHIFT = 5_000_000  # experiment.repeat_engine: the repeat's hash ids (loads are 10^9 apart)
 
 
 def _rate(fraction: Any) -> float:
@@ -300,6 +304,20 @@ class ValidateCallback(Callback):
             self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
         run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
                "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
+        if bool(config.experiment.get("repeat_engine", False)):
+            # The same workload again (same seed, rate, lengths, sharing), its hash ids moved so the
+            # engine's prefix cache holds none of them: how far the engine differs from itself.
+            rcfg = copy.deepcopy(cfg)
+            with open_dict(rcfg):
+                rcfg.workload.id_offset = int(rcfg.workload.id_offset) + REPEAT_ID_SHIFT
+            again = self.sweep_dir / "engine" / f"load{index}_repeat"
+            again.mkdir(parents=True, exist_ok=True)
+            try:
+                run_into(rcfg, again)
+            except Exception as err:
+                self._abort(f"error: the engine's repeat run at {fraction:g} of capacity failed: "
+                            f"{type(err).__name__}: {err}", 1)
+            run["repeat_dir"] = str(again)
         if self.rounds and bool(config.experiment.recalibrate):
             # Probes again after this load; the emulator's run for it uses the probes that bracket it
             # in time (before and after), so machine drift moves prediction and measurement alike.
