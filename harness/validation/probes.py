@@ -13,7 +13,8 @@ Rows (plain dicts, saved to calibration/<tag>/probes.json):
 - cached: a fresh prefix of c tokens, then that prefix + n new tokens;
 - decode: b streams started together (b x prompt <= the engine's batch, so all b prompts go in one
   step and the b streams decode side by side); the step is the engine's own generation time per
-  token (timings.predicted_ms / predicted_n), averaged over the b streams;
+  decode step (timings.predicted_ms / (predicted_n - 1): llama-server's first token comes from the
+  prompt's batch and its generation clock starts there, `decode_step_s`), averaged over the b streams;
 - mixed: m prompts of l tokens sent together while k streams decode (`mixed.decoders` x `mixed.prompts`,
   k + m <= the engine's slots so all m prompts enter one step): what prompts cost beside decodes and
   beside each other; one row per prompt.
@@ -129,6 +130,16 @@ def _ms(row: dict[str, Any], key: str) -> float:
     return float(value) if value is not None else math.nan
 
 
+def decode_step_s(row: dict[str, Any]) -> float:
+    """A stream's mean decode step on the engine's clock: timings.predicted_ms over its predicted_n - 1
+    steps. llama-server samples the first token from the logits of the prompt's last batch and starts
+    its generation clock there (server_slot_stats: t_gen = t_gen_last - t_prompt_last, n_gen_steps =
+    n_gen - 1), so predicted_ms spans n - 1 decode steps; / n put the step 1/n low (1.6% at 64
+    tokens). nan when the row has no timings or fewer than 2 tokens."""
+    n = _ms(row, "predicted_n")
+    return _ms(row, "predicted_ms") / 1e3 / (n - 1) if n >= 2 else math.nan
+
+
 async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: DictConfig, *, block_tokens: int,
                       seed: int, max_sequences: int | None = None) -> dict[str, Any]:
     p = ProbeRound(url, target, loadgen, block_tokens, seed)
@@ -171,8 +182,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
             for b in cal.batches:
                 reqs = [p.fresh(i, 0.0, int(prompt), int(cal.decode_tokens)) for i in range(int(b))]
                 runs = await p.together(reqs, pin)
-                per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
-                             if _ok(r) and _ms(r, "predicted_n") > 0]
+                per_token = [decode_step_s(r) for r in runs if _ok(r) and math.isfinite(decode_step_s(r))]
                 if per_token:
                     decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
                                    "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
@@ -185,8 +195,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
             prompt = int(cal.decode_prompts[0])
             reqs = [p.fresh(i, 0.0, prompt, int(cal.decode_tokens)) for i in range(len(slots))]
             runs = await p.send_pinned(reqs, [int(s) for s in slots])
-            per_token = [_ms(r, "predicted_ms") / 1e3 / _ms(r, "predicted_n") for r in runs
-                         if _ok(r) and _ms(r, "predicted_n") > 0]
+            per_token = [decode_step_s(r) for r in runs if _ok(r) and math.isfinite(decode_step_s(r))]
             if len(per_token) == len(slots):
                 layouts.append({"slots": [int(s) for s in slots], "prompt_tokens": prompt,
                                 "step_s": float(np.mean(per_token)),

@@ -195,3 +195,16 @@ def test_layout_checks_predict_split_slots_as_one_step_per_run_of_consecutive_sl
     assert found[(0, 1, 3)]["predicted_s"] == pytest.approx(steps[1] + steps[0] + per_token * 480)
     assert found[(0, 2)]["one_ubatch_s"] == pytest.approx(steps[1] + per_token * 320)
     assert abs(found[(0, 2)]["rel_error"]) < abs(found[(0, 2)]["one_ubatch_rel_error"])
+
+
+def test_decode_probe_step_counts_the_engines_decode_steps_not_its_tokens():
+    """llama-server's timings for n generated tokens: the first comes from the prompt's batch at
+    t_prompt_last, each later one a decode step of dt after it, predicted_ms = t_gen_last - t_prompt_last."""
+    from harness.validation.probes import decode_step_s
+
+    dt_ms, n = 7.5, 64
+    stamps = [100.0 + i * dt_ms for i in range(n)]  # when each token was sampled; the first ends the prompt
+    row = {"engine_predicted_n": n, "engine_predicted_ms": stamps[-1] - stamps[0]}
+    assert decode_step_s(row) == pytest.approx(dt_ms / 1e3)
+    assert np.isnan(decode_step_s({"engine_predicted_n": 1, "engine_predicted_ms": 0.001}))
+    assert np.isnan(decode_step_s({}))
