@@ -15,6 +15,9 @@ Rows (plain dicts, saved to calibration/<tag>/probes.json):
   step and the b streams decode side by side); the step is the engine's own generation time per
   decode step (timings.predicted_ms / (predicted_n - 1): llama-server's first token comes from the
   prompt's batch and its generation clock starts there, `decode_step_s`), averaged over the b streams;
+  `decode_cached.prompts` (whole blocks): the same at long contexts, each stream's prompt a prefix the
+  engine holds on its slot (sent alone first) + `decode_cached.new_tokens` fresh tokens, so b streams
+  of 1-2K tokens each still start together; they pin the context slope the short probes leave loose;
 - mixed: m prompts of l tokens sent together while k streams decode (`mixed.decoders` x `mixed.prompts`,
   k + m <= the engine's slots so all m prompts enter one step): what prompts cost beside decodes and
   beside each other; one row per prompt.
@@ -36,6 +39,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from harness.errors import InputError
 from harness.workload.request import Request, n_blocks
 
 _PROBE_IDS = 0x7E57 << 44  # hash ids of probe prompts: far from any workload's
@@ -186,6 +190,30 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 if per_token:
                     decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
                                    "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
+    # (3a) long contexts: each stream's prompt a prefix of `decode_cached.prompts` tokens the engine already
+    # holds (sent alone first, on the stream's slot) + `new_tokens` fresh ones, so b streams at 1-2K tokens
+    # of context each still start in one step (b x prompt fresh tokens would not fit the engine's batch)
+    long = cal.get("decode_cached") or {}
+    new = int(long.get("new_tokens", 16))
+    for prefix_tokens in long.get("prompts") or []:
+        c = int(prefix_tokens)
+        if c % block_tokens:
+            raise InputError(f"experiment.calibration.decode_cached.prompts: {c} is not a whole number of blocks "
+                             f"({block_tokens} tokens; a cached prefix is shared block by block)")
+        width = max(int(b) for b in cal.batches)
+        prefixes = [p.fresh(i, 0.0, c, 1) for i in range(width)]
+        for i, warm in enumerate(prefixes):  # one at a time: each prefix alone on its slot
+            await (p.send_pinned([warm], [i]) if pin else p.send([warm], one_at_a_time=True))
+        for _ in range(int(cal.repeats)):
+            for b in cal.batches:
+                reqs = [p.fresh(i, 0.0, c + new, int(cal.decode_tokens), prefixes[i].hash_ids) for i in range(int(b))]
+                runs = await p.together(reqs, pin)
+                per_token = [decode_step_s(r) for r in runs if _ok(r) and math.isfinite(decode_step_s(r))]
+                if per_token:
+                    decode.append({"batch": int(b), "prompt_tokens": c + new, "cached_tokens": c,
+                                   "server_cache_n": min(_ms(r, "cache_n") for r in runs),
+                                   "step_s": float(np.mean(per_token)),
+                                   "context_tokens": int(b) * (c + new + int(cal.decode_tokens) / 2)})
     # (3b) pinned streams in other layouts (`layouts`, lists of slots): checked, never fitted
     layouts = []
     for _ in range(int(cal.repeats)) if pin else ():
