@@ -28,6 +28,10 @@ alone; measured by the validate_engine calibration from prompts sent beside deco
 `separate_passes` (false: a step's prompts and decodes share one pass, its fixed cost T(0) paid once and
 the decodes riding in the prompt pass up to T(0); true: the decodes and each prompt chunk are passes of
 their own, as llama-server runs them with its per-slot KV; see `aggregated_instance`).
+`slot_layout` (needs separate_passes; default false): each request holds an engine slot chosen by
+llama-server's rule (prompt similarity above `slot_similarity`, else least recently used) and a step's
+decodes cost one decode step per ubatch the engine's splitter forms (runs of consecutive slots; a
+prompt's first token joins the run beside it; `ubatch_tokens`, -ub); see `slot_layout`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from harness.costmodel import build_profile
 from harness.deploy.aggregated_instance import AggregatedInstance
 from harness.deploy.cache_pool import HybridCachePool
 from harness.deploy.job import Job
+from harness.deploy.slot_layout import SIMILARITY, UBATCH_TOKENS
 from harness.errors import InputError, require
 from harness.workload.request import Request
 
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
         "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor",
-        "separate_passes")
+        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -63,7 +68,8 @@ class AggregatedDeployment:
                  cache_capacity_tokens: int | None = None, shared_after: str = "prefill",
                  prefix_attention: float = 1.0, mode: str = "sim", wake_s: float = 0.0,
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
-                 separate_passes: bool = False) -> None:
+                 separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
+                 ubatch_tokens: int = UBATCH_TOKENS) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -74,7 +80,9 @@ class AggregatedDeployment:
             AggregatedInstance(f"agg{i}", clock, profile, slots=slots, chunk_tokens=chunk_tokens,
                                admit=self._on_admit, on_first_token=self._on_first_token, on_done=self._finish,
                                prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s,
-                               mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes)
+                               mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes,
+                               slot_layout=slot_layout, slot_similarity=slot_similarity, ubatch_tokens=ubatch_tokens,
+                               block_tokens=block_tokens)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -201,6 +209,16 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
             f"does alone), got {mixed!r}")
     separate = dep.get("separate_passes", False)
     require(isinstance(separate, bool), f"{where}.separate_passes must be true or false, got {separate!r}")
+    layout = dep.get("slot_layout", False)
+    require(isinstance(layout, bool), f"{where}.slot_layout must be true or false, got {layout!r}")
+    require(not layout or separate, f"{where}.slot_layout: true needs separate_passes: true (a prompt's own passes "
+                                    f"beside the decode ubatches the slot layout forms)")
+    similarity = dep.get("slot_similarity", SIMILARITY)
+    require(isinstance(similarity, (int, float)) and 0.0 <= similarity < 1.0,
+            f"{where}.slot_similarity must be a number in [0, 1) (0: least recently used slot only), "
+            f"got {similarity!r}")
+    ubatch = dep.get("ubatch_tokens", UBATCH_TOKENS)
+    require(isinstance(ubatch, int) and ubatch >= 1, f"{where}.ubatch_tokens must be an integer >= 1, got {ubatch!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -211,6 +229,7 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         prefix_cache=bool(cache.get("enabled", True)), cache_capacity_tokens=cache.get("capacity_tokens"),
         shared_after=shared_after, prefix_attention=float(attention), mode=mode,
         wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
-        mixed_prompt_factor=float(mixed), separate_passes=separate)
+        mixed_prompt_factor=float(mixed), separate_passes=separate, slot_layout=layout,
+        slot_similarity=float(similarity), ubatch_tokens=int(ubatch))
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

@@ -23,6 +23,12 @@ and each prompt chunk as its own, so
 (`f` the `mixed_prompt_factor` when b > 0, else 1). This is llama-server with its default per-slot
 KV (kv_unified off): it splits a batch into ubatches of consecutive slots with equal token counts,
 so the decode tokens and each prompt mostly run as separate ubatches, each with its own fixed cost.
+With `slot_layout` (on top of separate passes) each admitted request holds an engine slot chosen by
+llama-server's rule, and the decode term is not one step of the b decoders but one decode step per
+ubatch the engine's splitter forms from the step's batch (runs of consecutive slots; a prompt in the
+slot after a decoding run lends it its first token), each with the contexts of its own decoders
+(`slot_layout.decode_cost`): two decoders in slots 0 and 2 cost
+decode_step_s(1, .) twice, in slots 0 and 1 decode_step_s(2, .) once.
 Alone a prompt costs T(c + k) - T(c) + T(0) either way. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
 
@@ -43,6 +49,7 @@ from collections.abc import Callable
 
 from harness.clock import Clock, Timer
 from harness.deploy.job import Job
+from harness.deploy.slot_layout import SIMILARITY, UBATCH_TOKENS, SlotTable, decode_cost
 
 _EPS = 1e-9
 
@@ -50,10 +57,11 @@ _EPS = 1e-9
 class _Seq:
     """An admitted request: prompt tokens left to compute, context in KV, tokens emitted."""
 
-    __slots__ = ("context", "emitted", "job", "prefill_left")
+    __slots__ = ("context", "emitted", "job", "prefill_left", "slot")
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, slot: int = -1) -> None:
         self.job = job
+        self.slot = slot  # the engine slot it holds (slot_layout; -1: not tracked)
         self.prefill_left = job.request.input_tokens - job.cached_tokens
         self.context = job.cached_tokens
         self.emitted = 0
@@ -64,7 +72,8 @@ class AggregatedInstance:
                  admit: Callable[[Job], None], on_first_token: Callable[[Job], None],
                  on_done: Callable[[Job], None], prefix_attention: float = 1.0, wake_s: float = 0.0,
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
-                 separate_passes: bool = False) -> None:
+                 separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
+                 ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -74,6 +83,9 @@ class AggregatedInstance:
         self.wake_s, self.wake_after_s = wake_s, wake_after_s
         self.mixed_prompt_factor = mixed_prompt_factor  # prompt work beside decodes costs this much more
         self.separate_passes = separate_passes  # decodes and each prompt chunk: passes of their own
+        # slot_layout: requests hold engine slots chosen by the engine's rule; decodes cost by ubatch
+        self.slots = SlotTable(slots, similarity=slot_similarity, block_tokens=block_tokens) if slot_layout else None
+        self.ubatch_tokens = ubatch_tokens
         self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
@@ -133,7 +145,8 @@ class AggregatedInstance:
             job = self.queue.popleft()
             self._admit_hook(job)
             job.prefill_start_s = now
-            self.running.append(_Seq(job))
+            slot = -1 if self.slots is None else self.slots.pick(job.request.hash_ids, job.request.input_tokens)
+            self.running.append(_Seq(job, slot))
         if not self.running:
             self._timer = None
             self._idle_since = now
@@ -142,7 +155,9 @@ class AggregatedInstance:
         context = sum(s.context for s in decoders)
         prefilling = [s for s in self.running if s.prefill_left > 0]
         if prefilling:
-            if self.separate_passes:
+            if self.slots is not None:
+                base = 0.0  # the decode ubatches, once the step's prompt chunks are known (below)
+            elif self.separate_passes:
                 base = self.profile.decode_step_s(len(decoders), context) if decoders else 0.0
             else:
                 base = max(self._t0, self.profile.decode_step_s(len(decoders), context)) if decoders else self._t0
@@ -160,6 +175,9 @@ class AggregatedInstance:
                 work *= self.mixed_prompt_factor
             if self.separate_passes:
                 work += len(chunks) * self._t0
+            if self.slots is not None:
+                base = decode_cost([(s.slot, s.context) for s in decoders], [(q.slot, k) for q, k in chunks],
+                                   self.profile.decode_step_s, self.ubatch_tokens)
             self._start(now, base + work, 1)
             return
         self._seg_chunks = []
@@ -167,7 +185,11 @@ class AggregatedInstance:
         # Context grows by one token per decoder per step: the run's mean context (exact for a
         # step linear in context).
         mid = context + len(decoders) * (steps - 1) / 2.0
-        dt = self.profile.decode_step_s(len(decoders), mid)
+        if self.slots is not None:
+            dt = decode_cost([(s.slot, s.context + (steps - 1) / 2.0) for s in decoders], [],
+                             self.profile.decode_step_s, self.ubatch_tokens)
+        else:
+            dt = self.profile.decode_step_s(len(decoders), mid)
         self._start(now, dt, steps)
 
     def _start(self, now: float, dt: float, steps: int) -> None:
@@ -194,14 +216,19 @@ class AggregatedInstance:
                 job.first_token_s = job.prefill_end_s = job.kv_ready_s = now
                 self.on_first_token(job)
         self._seg_chunks = []
-        keep = []
+        keep, released = [], []
         for seq in self.running:
             if seq.emitted >= seq.job.request.output_tokens:
                 seq.job.finish_s = now
                 done.append(seq.job)
+                if self.slots is not None:
+                    released.append(seq.slot)
             else:
                 keep.append(seq)
         self.running = keep
+        if self.slots is not None:
+            for slot in sorted(released):  # the engine releases in slot order
+                self.slots.release(slot)
         self._plan()
         for job in done:
             self.on_done(job)
@@ -222,5 +249,8 @@ class AggregatedInstance:
             self._timer.cancel()
             self._timer = None
         jobs = [s.job for s in self.running] + list(self.queue)
+        if self.slots is not None:
+            for seq in self.running:
+                self.slots.release(seq.slot)
         self.running, self.queue = [], deque()
         return jobs

@@ -18,7 +18,9 @@ Fits (residuals kept in the provenance):
 - mixed: m prompts sent together beside k decoding streams, fitted as the aggregated instance's
   step with `mixed_prompt_factor` (`mixed_parts`, its form set by `deployment.separate_passes`).
 Checks (reported, never fitted): held-out prefill lengths; the mixed probes at factor 1, by both
-step forms (shared pass, separate passes).
+step forms (shared pass, separate passes); streams pinned to other slot layouts (e.g. slots 0 and 2)
+against one decode step per run of consecutive slots (`slot_layout.decode_cost`) and against one
+step of the whole batch.
 """
 
 from __future__ import annotations
@@ -186,18 +188,27 @@ def _decode_step(block: dict) -> Callable[[int, float], float]:
             else LinearDecode(dec["base_s"], dec["per_seq_s"], dec["per_token_s"]))
 
 
-def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separate: bool) -> tuple[float, float]:
+def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separate: bool,
+                layout: bool = False) -> tuple[float, float]:
     """(fixed, work): the aggregated instance's step with `prompts` fresh prompts of `tokens` tokens
     beside `decoders` decoding probe streams is fixed + mixed_prompt_factor * work (the factor applies
     only when decoders > 0), timed from the step's start as the engine's prompt time is (a prompt also
     waits for the step running when it arrives, which the emulator has as such). `separate`
     (deployment.separate_passes): the decodes' step plus each prompt's own T(0); else one shared pass,
-    max(T(0), decode step) + the prompts' marginal work."""
+    max(T(0), decode step) + the prompts' marginal work. `layout` (deployment.slot_layout, pinned probes:
+    decodes on slots 0..k-1, prompts on k..k+m-1): the decode ubatch also carries each prompt's first
+    token (`slot_layout.decode_cost`), plus each prompt's own T(0)."""
     t = prefill_curve(block["prefill"])
     t0 = t(0)
     work = prompts * (t(tokens) - t0)
     if decoders == 0:
         return (prompts * t0 if separate else t0), work
+    if layout:
+        from harness.deploy.slot_layout import decode_cost
+
+        held = decode_cost([(i, 64.0 + 20.0) for i in range(decoders)],
+                           [(decoders + j, tokens) for j in range(prompts)], _decode_step(block))
+        return held + prompts * t0, work
     step = _decode_step(block)(decoders, decoders * (64 + 20))  # 64-token prompts, ~20 tokens in at 0.15 s
     return (step + prompts * t0 if separate else max(t0, step)), work
 
@@ -216,7 +227,7 @@ def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server") -> dict
 
 
 def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-              clock: str = "server") -> tuple[float, float]:
+              clock: str = "server", layout: bool = False) -> tuple[float, float]:
     """(factor, relative RMS residual): m prompts of n tokens sent together beside k decoding streams
     (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
     `mixed_prompt_factor`), relative least squares over the medians, factor >= 1 (1: prompt work beside
@@ -224,7 +235,7 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
     med = {k: v for k, v in _mixed_medians(rounds, clock).items() if k[0] > 0}
     if not med:
         return 1.0, math.nan
-    parts = np.array([mixed_parts(block, k, m, n, separate=separate) for k, m, n in med])
+    parts = np.array([mixed_parts(block, k, m, n, separate=separate, layout=layout) for k, m, n in med])
     base, work = parts[:, 0], parts[:, 1]
     y = np.array(list(med.values()))
     w = 1.0 / y  # relative least squares: a 1,024-token probe weighs what a 256-token one does
@@ -234,7 +245,7 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
 
 
 def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-           clock: str = "server") -> dict[str, list[dict]]:
+           clock: str = "server", layout: bool = False) -> dict[str, list[dict]]:
     """Predictions of what no fit saw: held-out prefill lengths; m prompts beside k decoding streams at
     factor 1, by the configured step form (`separate`) and by the other one ('other')."""
     t = prefill_curve(block["prefill"])
@@ -244,11 +255,25 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
             for n, m in _by_length(pre, "holdout", overhead).items()]
     mixed = []
     for (k, m, n), y in _mixed_medians(rounds, clock).items():
-        model = sum(mixed_parts(block, k, m, n, separate=separate))
+        model = sum(mixed_parts(block, k, m, n, separate=separate, layout=layout))
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
                       "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
-    return {"prefill_holdout": held, "mixed": mixed}
+    from harness.deploy.slot_layout import decode_cost
+
+    step = _decode_step(block)
+    layouts = []
+    groups: dict[tuple[int, ...], list[dict]] = {}
+    for row in (row for r in rounds for row in r.get("layouts", [])):
+        groups.setdefault(tuple(row["slots"]), []).append(row)
+    for slots, rows in sorted(groups.items()):
+        y = float(np.median([r["step_s"] for r in rows]))
+        ctx = float(np.mean([r["context_tokens"] for r in rows]))
+        model = decode_cost([(s, ctx) for s in slots], [], step)
+        flat = step(len(slots), ctx * len(slots))
+        layouts.append({"slots": list(slots), "measured_s": y, "predicted_s": model, "rel_error": model / y - 1.0,
+                        "one_ubatch_s": flat, "one_ubatch_rel_error": flat / y - 1.0})
+    return {"prefill_holdout": held, "mixed": mixed, "layouts": layouts}
 
 
 def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,

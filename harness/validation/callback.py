@@ -11,6 +11,9 @@ The suite's jobs are the emulator's runs (sim mode, `deployment=aggregated`), on
    so the loads are fractions of what the emulator predicts it can carry;
 4. for each load, before its sim job: the engine at that load (`mode=url`, run directory
    `<sweep>/engine/load<i>`), so engine and emulator runs interleave; with
+   `experiment.repeat_engine`, the engine runs the same workload a second time right after
+   (`<sweep>/engine/load<i>_repeat`, hash ids moved so nothing is cached): its engine-vs-engine
+   differences sit beside the emulator's errors (validation.parquet `repeat`, `repeat_rel_diff`); with
    `experiment.recalibrate`, a probe round follows each engine run and that load's emulator run
    uses the fit of the two probe rounds around it (the machine's speed drifts within minutes);
 5. at the end: `validation.parquet` (load_rps, metric, measured, predicted, rel_error),
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from harness.engine.server import EngineServer
 
 _STATE: dict[str, Any] = {}
+REPEAT_ID_SHIFT = 5_000_000  # experiment.repeat_engine: the repeat's hash ids (loads are 10^9 apart)
 
 
 def _rate(fraction: Any) -> float:
@@ -231,9 +235,11 @@ class ValidateCallback(Callback):
                           f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
         print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
         separate = bool(config.deployment.get("separate_passes", False))
-        form = "separate passes" if separate else "one shared pass"
-        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock) if cal.get("fit_mixed", True)
-                            else (1.0, math.nan))
+        layout = bool(config.deployment.get("slot_layout", False))
+        form = ("separate passes" if separate else "one shared pass") + (", decode ubatches by slot layout"
+                                                                         if layout else "")
+        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock, layout=layout)
+                            if cal.get("fit_mixed", True) else (1.0, math.nan))
         _STATE["mixed_prompt_factor"] = mixed
         self.meta.setdefault("mixed_prompt_factor", {})[tag] = {
             "value": mixed, "relative_rms_residual": mixed_rms, "step_form": form,
@@ -241,7 +247,7 @@ class ValidateCallback(Callback):
                           f"({dict(cal.get('mixed') or {})}; step form: {form}), probe rounds {tag}"}
         print(f"[{tag}] prompt work beside decodes ({form}): x{mixed:.3f} (relative RMS {mixed_rms:.3f})",
               flush=True)
-        found = checks(rounds, block, separate=separate, clock=clock)
+        found = checks(rounds, block, separate=separate, clock=clock, layout=layout)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:
             print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "
@@ -251,6 +257,10 @@ class ValidateCallback(Callback):
                   f"measured {c['measured_s'] * 1e3:.1f} ms, factor 1: {form} {c['predicted_s'] * 1e3:.1f} ms "
                   f"({c['rel_error']:+.1%}), the other form {c['other_form_s'] * 1e3:.1f} ms "
                   f"({c['other_form_rel_error']:+.1%})", flush=True)
+        for c in found["layouts"]:
+            print(f"[{tag}] streams on slots {c['slots']}: measured step {c['measured_s'] * 1e3:.2f} ms, a step per "
+                  f"run of consecutive slots {c['predicted_s'] * 1e3:.2f} ms ({c['rel_error']:+.1%}), one step of "
+                  f"the batch {c['one_ubatch_s'] * 1e3:.2f} ms ({c['one_ubatch_rel_error']:+.1%})", flush=True)
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))
@@ -294,6 +304,20 @@ class ValidateCallback(Callback):
             self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
         run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
                "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
+        if bool(config.experiment.get("repeat_engine", False)):
+            # The same workload again (same seed, rate, lengths, sharing), its hash ids moved so the
+            # engine's prefix cache holds none of them: how far the engine differs from itself.
+            rcfg = copy.deepcopy(cfg)
+            with open_dict(rcfg):
+                rcfg.workload.id_offset = int(rcfg.workload.id_offset) + REPEAT_ID_SHIFT
+            again = self.sweep_dir / "engine" / f"load{index}_repeat"
+            again.mkdir(parents=True, exist_ok=True)
+            try:
+                run_into(rcfg, again)
+            except Exception as err:
+                self._abort(f"error: the engine's repeat run at {fraction:g} of capacity failed: "
+                            f"{type(err).__name__}: {err}", 1)
+            run["repeat_dir"] = str(again)
         if self.rounds and bool(config.experiment.recalibrate):
             # Probes again after this load; the emulator's run for it uses the probes that bracket it
             # in time (before and after), so machine drift moves prediction and measurement alike.

@@ -2,7 +2,10 @@
 
 Metrics are taken from each run's own `summary.parquet`, so they mean exactly what they mean
 everywhere else in the harness (throughput = completed / run span, TTFT percentiles over completed
-requests, TPOT = mean time per output token after the first).
+requests, TPOT = mean time per output token after the first). With `experiment.repeat_engine` the
+engine ran each load twice (same workload, fresh hash ids): `repeat` is the second run's value and
+`repeat_rel_diff` = (repeat - measured) / measured, the engine's own run-to-run spread, the floor
+under any prediction's error (NaN without a repeat).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 METRICS = ("throughput_rps", "ttft_p50_s", "ttft_p90_s", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s")
-COLUMNS = ["load_rps", "load_fraction", "metric", "measured", "predicted", "rel_error"]
+COLUMNS = ["load_rps", "load_fraction", "metric", "measured", "predicted", "rel_error", "repeat", "repeat_rel_diff"]
 # Issue 11's targets (|rel_error| at most): reported beside the numbers, not enforced here.
 TARGETS = {"throughput_rps": 0.05, "ttft_p50_s": 0.15, "ttft_p90_s": 0.15, "tpot_mean_s": 0.10}
 
@@ -41,21 +44,32 @@ def validation_frame(runs: list[dict[str, Any]]) -> pd.DataFrame:
     for run in runs:
         measured, predicted = _summary(run["engine_dir"]), _summary(run["sim_dir"])
         measured["e2e_mean_s"], predicted["e2e_mean_s"] = _e2e_mean(run["engine_dir"]), _e2e_mean(run["sim_dir"])
+        repeat: dict[str, Any] = {}
+        if run.get("repeat_dir"):
+            repeat = _summary(run["repeat_dir"])
+            repeat["e2e_mean_s"] = _e2e_mean(run["repeat_dir"])
         for metric in METRICS:
             m, p = float(measured.get(metric, math.nan)), float(predicted.get(metric, math.nan))
-            rel = (p - m) / m if m and math.isfinite(m) else math.nan
+            r = float(repeat.get(metric, math.nan))
+            ok = bool(m) and math.isfinite(m)
             rows.append({"load_rps": float(run["load_rps"]), "load_fraction": float(run["load_fraction"]),
-                         "metric": metric, "measured": m, "predicted": p, "rel_error": rel})
+                         "metric": metric, "measured": m, "predicted": p,
+                         "rel_error": (p - m) / m if ok else math.nan, "repeat": r,
+                         "repeat_rel_diff": (r - m) / m if ok else math.nan})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def format_table(frame: pd.DataFrame) -> str:
-    lines = [f"{'load_rps':>8} {'metric':<15} {'measured':>10} {'predicted':>10} {'rel_error':>9}  target"]
+    """One line per load x metric; with engine repeats, the repeat and its difference from the first run."""
+    rep = "repeat_rel_diff" in frame and bool(frame["repeat_rel_diff"].notna().any())
+    extra = f" {'repeat':>10} {'engine-vs-engine':>16}" if rep else ""
+    lines = [f"{'load_rps':>8} {'metric':<15} {'measured':>10} {'predicted':>10} {'rel_error':>9}{extra}  target"]
     for row in frame.itertuples():
         target = TARGETS.get(row.metric)
         mark = "" if target is None else (f"<= {target:.0%} " + ("ok" if abs(row.rel_error) <= target else "MISS"))
+        again = f" {row.repeat:10.4f} {row.repeat_rel_diff:+16.1%}" if rep else ""
         lines.append(f"{row.load_rps:8.3f} {row.metric:<15} {row.measured:10.4f} {row.predicted:10.4f} "
-                     f"{row.rel_error:+9.1%}  {mark}")
+                     f"{row.rel_error:+9.1%}{again}  {mark}")
     return "\n".join(lines)
 
 

@@ -23,7 +23,9 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.calibration.holdout_lengths=[]", "experiment.calibration.mixed.decoders=[1]",
         "experiment.calibration.mixed.prompts=[2,4]", "experiment.calibration.mixed.lengths=[128]",
         "experiment.calibration.mixed.decode_tokens=40",
-        "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]"]
+        "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]",
+        "experiment.calibration.layouts=[[0,2]]", "experiment.calibration.decode_cached.prompts=[512]",
+        "experiment.repeat_engine=true"]
 
 
 def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):
@@ -47,11 +49,21 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tm
     assert side["calibration"]["validation_workload_used"] is False
     assert Path(side["profile_file"]).is_file() and side["capacity_rps"] > 0
     # mixed probes: 2 prompts beside 1 decoding stream (1 + 4 > the 4 slots: that shape is skipped), fitted
-    # by the deployment's step form (validate_engine: separate passes), the engine's own prompt times
+    # by the deployment's step form (validate_engine: separate passes, slot layout), the engine's own prompt
+    # times; streams pinned to slots 0 and 2 checked against the fitted steps
     for tag, mixed in side["mixed_prompt_factor"].items():
-        assert mixed["step_form"] == "separate passes" and mixed["value"] >= 1.0, (tag, mixed)
+        assert mixed["step_form"] == "separate passes, decode ubatches by slot layout" and mixed["value"] >= 1.0, \
+            (tag, mixed)
+        layouts = side["checks"][tag]["layouts"]
+        assert [c["slots"] for c in layouts] == [[0, 2]] and layouts[0]["measured_s"] > 0, (tag, layouts)
         assert [(c["decoders"], c["prompts"]) for c in side["checks"][tag]["mixed"]] == [(1, 2)]
         assert 0.0 <= side["client_overhead_s"][tag] < 1.0
+    # long-context decode probes: each stream's 512-token prefix served from the engine's cache on its slot
+    probes = json.loads((sweep / "calibration" / "start" / "probes.json").read_text())
+    long = [r for r in probes["decode"] if r.get("cached_tokens") == 512]
+    assert sorted(r["batch"] for r in long) == [1, 2] and all(r["server_cache_n"] >= 512 for r in long), long
+    # the engine's repeat run at each load: its values beside the first run's
+    assert frame["repeat"].gt(0).all() and frame["repeat_rel_diff"].notna().all()
     runs = side["runs"]
     # engine and emulator at the same load saw the same requests; the engine ran first at each load
     for run in runs:

@@ -76,3 +76,36 @@ def test_shared_prompt_workload_shares_whole_blocks_and_offsets_ids():
     moved = SharedPromptWorkload(**kw, id_offset=10**7).generate()
     assert not {h for r in moved for h in r.hash_ids} & {h for r in reqs for h in r.hash_ids}
     assert [r.input_tokens for r in moved] == [r.input_tokens for r in reqs]
+
+
+def _engine_rows(prompts, wobble=0.0, cached=False):
+    """Decode probe rows of an engine whose step is T(b) + slope x total context (llama-server's shape,
+    pinned grid 11:46 UTC: T = 2.3/7.0/7.5/8.0 ms, 0.91 us/token); `wobble`: the busy machine's error,
+    +wobble on the shorter prompt and -wobble on the longer one (the worst case for the slope)."""
+    steps, slope = (0.0023, 0.0070, 0.0075, 0.0080), 0.91e-6
+    rows = []
+    for b in (1, 2, 3, 4):
+        for i, p in enumerate(prompts):
+            ctx = b * (p + 32)
+            extra = {"cached_tokens": p - 16, "server_cache_n": p - 16} if cached else {}
+            rows.append({"batch": b, "prompt_tokens": p, "context_tokens": ctx, **extra,
+                         "step_s": (steps[b - 1] + slope * ctx) * (1 + (wobble if i == 0 else -wobble))})
+    return rows
+
+
+def test_long_context_decode_probes_pin_the_slope_a_busy_machine_leaves_loose():
+    prefill = _rounds((0.02, 6e-4, 3e-7), (0, 0, 0))[0]["prefill"]
+
+    def slope(rows):
+        block = fit([{"prefill": prefill, "decode": rows}], hardware="h", slots=4, source="test")
+        return block["h"]["decode"]["per_token_s"], block["h"]["decode"]["batch_step_s"]
+
+    # exact rows, short and long (cached-prefix rows carry extra keys): the engine's shape comes back
+    got, steps = slope(_engine_rows((128, 448)) + _engine_rows((1040, 2064), cached=True))
+    assert got == pytest.approx(0.91e-6, rel=1e-6) and steps == pytest.approx([0.0023, 0.0070, 0.0075, 0.0080])
+    # 3% of measurement error on each probe: short probes alone (160-480 tokens a stream) misfit the slope
+    # by tens of percent; with the long ones (1-2K tokens a stream) it stays within 10%
+    short, _ = slope(_engine_rows((128, 448), wobble=0.03))
+    both, _ = slope(_engine_rows((128, 448), wobble=0.03) + _engine_rows((1040, 2064), wobble=0.03, cached=True))
+    assert abs(short / 0.91e-6 - 1) > 0.3
+    assert abs(both / 0.91e-6 - 1) < 0.1

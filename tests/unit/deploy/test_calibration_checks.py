@@ -178,3 +178,33 @@ def test_server_clock_fit_ignores_client_stalls_the_engine_did_not_see():
     for n in (32, 64, 128, 256, 1024):
         assert server(n) == pytest.approx(_ubatch_curve(n) + 0.003, rel=1e-6)
     assert client(32) > _ubatch_curve(32) + 0.05  # 2 of 3 repeats at 32 tokens stalled: the median too
+
+
+def test_layout_checks_predict_split_slots_as_one_step_per_run_of_consecutive_slots():
+    """Streams pinned to slots {0, 2} and {0, 1, 3}: the check predicts step(1) + step(1) and
+    step(2) + step(1) from the fitted per-batch steps (context slope 0 here), and reports the one-step
+    form beside it."""
+    rd = _round(_ubatch_curve)
+    rd["layouts"] = [{"slots": [0, 2], "prompt_tokens": 128, "context_tokens": 160, "step_s": 0.0042},
+                     {"slots": [0, 1, 3], "prompt_tokens": 128, "context_tokens": 160, "step_s": 0.0090}]
+    block = fit([rd], hardware="h", slots=4, source="t")["h"]
+    found = {tuple(c["slots"]): c for c in checks([rd], block)["layouts"]}
+    steps = block["decode"]["batch_step_s"]
+    per_token = block["decode"]["per_token_s"]
+    assert found[(0, 2)]["predicted_s"] == pytest.approx(2 * steps[0] + per_token * 320)
+    assert found[(0, 1, 3)]["predicted_s"] == pytest.approx(steps[1] + steps[0] + per_token * 480)
+    assert found[(0, 2)]["one_ubatch_s"] == pytest.approx(steps[1] + per_token * 320)
+    assert abs(found[(0, 2)]["rel_error"]) < abs(found[(0, 2)]["one_ubatch_rel_error"])
+
+
+def test_decode_probe_step_counts_the_engines_decode_steps_not_its_tokens():
+    """llama-server's timings for n generated tokens: the first comes from the prompt's batch at
+    t_prompt_last, each later one a decode step of dt after it, predicted_ms = t_gen_last - t_prompt_last."""
+    from harness.validation.probes import decode_step_s
+
+    dt_ms, n = 7.5, 64
+    stamps = [100.0 + i * dt_ms for i in range(n)]  # when each token was sampled; the first ends the prompt
+    row = {"engine_predicted_n": n, "engine_predicted_ms": stamps[-1] - stamps[0]}
+    assert decode_step_s(row) == pytest.approx(dt_ms / 1e3)
+    assert np.isnan(decode_step_s({"engine_predicted_n": 1, "engine_predicted_ms": 0.001}))
+    assert np.isnan(decode_step_s({}))

@@ -1,0 +1,117 @@
+"""llama-server's slot choice and ubatch split, and the decode passes a step costs by them.
+
+Read from llama.cpp's server (`server_context::get_available_slot`, `update_slots`) and batch
+splitter (`llama_batch_allocr::split_equal`) in the llama-cpp-python 0.3.36 sdist:
+
+- Slot choice (`SlotTable.pick`): among idle slots holding a cached prompt, the one whose longest
+  common prefix with the new prompt is the largest fraction of the new prompt, if that fraction
+  exceeds `similarity` (--slot-prompt-similarity, default 0.1; the first such slot on ties); else the
+  least recently used idle slot (released longest ago; slots never used count as oldest, and among
+  equals the one with the highest index, as the engine's `<=` scan picks it).
+- A step's batch: one token for each decoding slot in slot order, then each prompt's chunk in slot
+  order. With per-slot KV (kv_unified off) the batch is split into ubatches by `split_equal(n_ubatch,
+  sequential=true)`: a ubatch takes the first sequence with tokens left, then every later one in
+  batch order whose id is the last taken + 1, and the same number of tokens from each (as many as all
+  have, up to n_ubatch in all). So decoding slots {0, 1, 2} are one ubatch, {0, 2} two; a prompt in
+  the slot next to a decoding run puts its first token in that run's ubatch.
+
+`decode_cost` charges each ubatch holding a decoding sequence the profile's decode step of that many
+sequences (`decode_step_s(n, context)`, calibrated on n streams in adjacent slots, one ubatch each);
+prompt chunks are charged by the caller (the aggregated instance's separate-passes form). A ubatch's
+context is the sum of its decoders' contexts: although llama.cpp pads the KV cells a ubatch's
+attention reads to the longest stream (`get_n_kv`), streams of 128 + 1,400 tokens in slots 0, 1 took
+8.3 ms a step and 800 + 800 8.5 ms (engine CPU, 11:15 UTC), as the sum says, not the padded span;
+one 1,408-token stream beside three of 128 took 9.5 / 9.7 ms a step, four of 448 (the same sum, a
+third of the span) 9.1 / 9.6 ms (engine timings, two probe rounds, 11:22 UTC): a span term fitted 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity default
+UBATCH_TOKENS = 512  # llama.cpp's n_ubatch default (-ub)
+
+
+def common_prefix_tokens(a: Sequence[int], a_tokens: int, b: Sequence[int], b_tokens: int, block_tokens: int) -> int:
+    """Tokens two prompts built from block hash ids share at their start: whole equal blocks, at most
+    either prompt's length."""
+    j = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        j += 1
+    return min(j * block_tokens, a_tokens, b_tokens)
+
+
+class SlotTable:
+    """Which slot each admitted request holds, chosen as llama-server chooses it."""
+
+    def __init__(self, slots: int, *, similarity: float = SIMILARITY, block_tokens: int = 512) -> None:
+        self.similarity = similarity
+        self.block_tokens = block_tokens
+        self.busy = [False] * slots
+        self.last_used = [-1] * slots  # release order (-1: never released)
+        self.cached: list[tuple[tuple[int, ...], int]] = [((), 0)] * slots  # the prompt a slot holds
+        self._releases = 0
+
+    def pick(self, hash_ids: Sequence[int], input_tokens: int) -> int:
+        """Take an idle slot for a prompt (the caller admits only while one is idle)."""
+        best, best_f = -1, 0.0
+        if self.similarity > 0.0 and hash_ids and input_tokens > 0:
+            for s, (ids, tokens) in enumerate(self.cached):
+                if self.busy[s] or tokens == 0:
+                    continue
+                f = common_prefix_tokens(ids, tokens, hash_ids, input_tokens, self.block_tokens) / input_tokens
+                if f > best_f and f > self.similarity:
+                    best, best_f = s, f
+        if best < 0:
+            oldest = None
+            for s in range(len(self.busy)):
+                if not self.busy[s] and (oldest is None or self.last_used[s] <= oldest):
+                    best, oldest = s, self.last_used[s]
+        if best < 0:
+            raise RuntimeError("no idle slot")  # the instance admits only while slots are free
+        self.busy[best] = True
+        self.cached[best] = (tuple(hash_ids), int(input_tokens))
+        return best
+
+    def release(self, slot: int) -> None:
+        self.busy[slot] = False
+        self.last_used[slot] = self._releases
+        self._releases += 1
+
+
+def ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int = UBATCH_TOKENS) -> list[list[tuple[int, int]]]:
+    """`split_equal(n_ubatch, sequential=true)` of a batch given as (sequence id, tokens) in batch
+    order, each sequence once: the ubatches, each a list of (sequence id, tokens in it)."""
+    order = [s for s, n in batch if n > 0]
+    left = {s: n for s, n in batch if n > 0}
+    out: list[list[tuple[int, int]]] = []
+    while any(left[s] for s in order):
+        taken: list[int] = []
+        for s in order:
+            if left[s] and (not taken or s == taken[-1] + 1):
+                taken.append(s)
+        per = max(1, min(*(left[s] for s in taken), n_ubatch // len(taken)))
+        for s in taken:
+            left[s] -= per
+        out.append([(s, per) for s in taken])
+    return out
+
+
+def decode_cost(decoders: Sequence[tuple[int, float]], prompts: Sequence[tuple[int, int]],
+                step: Callable[[int, float], float], n_ubatch: int = UBATCH_TOKENS) -> float:
+    """What the step's ubatches that hold decoding sequences cost: `decoders` (slot, context tokens),
+    `prompts` (slot, prompt tokens this step); `step(n, context)` the decode step of one ubatch of n
+    sequences holding `context` tokens of decoding sequences."""
+    if not decoders:
+        return 0.0
+    context = dict(decoders)
+    batch = [(s, 1) for s in sorted(context)] + sorted((s, k) for s, k in prompts)
+    total = 0.0
+    for ub in ubatches(batch, n_ubatch):
+        held = [context[s] for s, _ in ub if s in context]
+        if held:
+            total += step(len(ub), float(sum(held)))
+    return total
