@@ -12,9 +12,13 @@ import subprocess
 
 import pytest
 
-openai = pytest.importorskip("openai")
-
 MODEL = "internal_1t"
+
+
+@pytest.fixture(scope="module")
+def openai():
+    """The SDK, imported where these tests run (~0.4 s of CPU), not by every xdist worker as it collects."""
+    return pytest.importorskip("openai")
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +30,7 @@ def server(compose_cfg, threaded_server):
 
 
 @pytest.fixture(scope="module")
-def client(server):
+def client(server, openai):
     with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
         yield c
 
@@ -76,7 +80,7 @@ def test_prefix_cache_hits_show_in_usage(client):
     ({"model": MODEL, "prompt": "hi", "max_tokens": -1}, "BadRequestError", None),
     ({"model": MODEL, "prompt": [5] * 16_000, "max_tokens": 500}, "BadRequestError", "context_length_exceeded"),
 ])
-def test_sdk_sees_openai_errors(client, kwargs, error, code):
+def test_sdk_sees_openai_errors(client, openai, kwargs, error, code):
     with pytest.raises(getattr(openai, error)) as info:
         client.completions.create(**kwargs)
     if code is not None:
@@ -84,7 +88,7 @@ def test_sdk_sees_openai_errors(client, kwargs, error, code):
     assert client.completions.create(model=MODEL, prompt="still serving", max_tokens=1).usage.completion_tokens == 1
 
 
-def test_async_client_streams(server):
+def test_async_client_streams(server, openai):
     async def go():
         async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
             stream = await c.completions.create(model=MODEL, prompt="x y z", max_tokens=6, stream=True)

@@ -6,8 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis import plots
-
 REPORT = pd.DataFrame({
     "deployment": ["a", "a", "a", "b", "b"],
     "load_rps": [3.0, 1.0, 2.0, 1.0, 4.0],
@@ -18,11 +16,20 @@ REPORT = pd.DataFrame({
 })
 
 
+@pytest.fixture(scope="module")
+def plots():
+    """harness.analysis.plots, with matplotlib (~0.3 s of CPU): imported where these tests run, not by every
+    xdist worker as it collects."""
+    from harness.analysis import plots
+
+    return plots
+
+
 def lines_by_label(ax) -> dict[str, tuple[list[float], list[float]]]:
     return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
 
 
-def test_throughput_vs_load_draws_each_sweep_sorted_by_load_with_y_equals_x_and_planner_line():
+def test_throughput_vs_load_draws_each_sweep_sorted_by_load_with_y_equals_x_and_planner_line(plots):
     _fig, ax = plots.new_axes()
     plots.throughput_vs_load(REPORT, ax)
     lines = lines_by_label(ax)
@@ -35,7 +42,7 @@ def test_throughput_vs_load_draws_each_sweep_sorted_by_load_with_y_equals_x_and_
     assert "req/s" in ax.get_xlabel() and "req/s" in ax.get_ylabel()
 
 
-def test_ttft_vs_load_draws_mean_and_p90_per_deployment():
+def test_ttft_vs_load_draws_mean_and_p90_per_deployment(plots):
     _fig, ax = plots.new_axes()
     plots.ttft_vs_load(REPORT, ax)
     lines = lines_by_label(ax)
@@ -45,7 +52,7 @@ def test_ttft_vs_load_draws_mean_and_p90_per_deployment():
     assert "(s)" in ax.get_ylabel()
 
 
-def test_ttft_cdf_uses_completed_requests_only():
+def test_ttft_cdf_uses_completed_requests_only(plots):
     req = pd.DataFrame({"ttft_s": [3.0, 1.0, 2.0, 50.0, np.nan], "error": [None, None, None, "timeout", None]})
     _fig, ax = plots.new_axes()
     plots.ttft_cdf({"a": req}, ax)
@@ -54,7 +61,7 @@ def test_ttft_cdf_uses_completed_requests_only():
     assert y == pytest.approx([1 / 3, 2 / 3, 1.0])
 
 
-def test_egress_timeseries_draws_egress_and_capacity():
+def test_egress_timeseries_draws_egress_and_capacity(plots):
     ts = pd.DataFrame({"t_s": [0.0, 1.0, 2.0], "egress_gbps": [5.0, 12.0, 3.0],
                        "link_capacity_gbps": [100.0, 50.0, 50.0]})
     _fig, ax = plots.new_axes()
@@ -65,7 +72,7 @@ def test_egress_timeseries_draws_egress_and_capacity():
     assert "Gbps" in ax.get_ylabel()
 
 
-def test_table6_comparison_puts_harness_and_paper_bars_side_by_side():
+def test_table6_comparison_puts_harness_and_paper_bars_side_by_side(plots):
     rows = pd.DataFrame([
         {"deployment": d, "quantity": q, "source": s, "value": v}
         for d, q, s, v in [("a", "capacity_rps", "harness", 2.0), ("a", "capacity_rps", "paper", 2.1),
@@ -81,7 +88,7 @@ def test_table6_comparison_puts_harness_and_paper_bars_side_by_side():
     assert np.isnan(p90[:3]).all() and p90[3] == 3.5
 
 
-def test_plan_threshold_and_split_mark_the_optimum():
+def test_plan_threshold_and_split_mark_the_optimum(plots):
     sweep_t = pd.DataFrame({"threshold_tokens": [10000, 20000, 30000], "lambda_rps": [2.0, 3.2, 2.5],
                             "prfaas_bound_rps": [2.0, 3.2, 5.0], "pd_p_bound_rps": [9.0, 3.3, 2.5]})
     _fig, ax = plots.new_axes()
@@ -99,7 +106,7 @@ def test_plan_threshold_and_split_mark_the_optimum():
     assert lines["optimum N_p = 3, Λ = 2.50"] == ([3.0], [2.5])
 
 
-def test_save_writes_a_png(tmp_path):
+def test_save_writes_a_png(plots, tmp_path):
     fig, ax = plots.new_axes()
     plots.ttft_vs_load(REPORT, ax)
     path = plots.save(fig, tmp_path / "f.png")

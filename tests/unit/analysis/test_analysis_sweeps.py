@@ -9,12 +9,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis import plots
 from harness.analysis import report as rep
 from harness.analysis.summary import write_run
 
 THRESHOLDS = (0, 20000, 40000)
 LINKS = (5.0, 100.0)
+
+
+@pytest.fixture(scope="module")
+def plots():
+    """harness.analysis.plots, with matplotlib (~0.3 s of CPU): imported where these tests run, not by every
+    xdist worker as it collects."""
+    from harness.analysis import plots
+
+    return plots
 
 
 def capacity(t: float, link_gbps: float) -> float:
@@ -96,7 +104,7 @@ TABLE = pd.DataFrame({
 })
 
 
-def test_sweep_lines_plot_capacity_and_planner_vs_the_parameter_sorted():
+def test_sweep_lines_plot_capacity_and_planner_vs_the_parameter_sorted(plots):
     _fig, ax = plots.new_axes()
     plots.sweep_lines(TABLE, "link.capacity_gbps", ax)
     lines = lines_by_label(ax)
@@ -108,7 +116,7 @@ def test_sweep_lines_plot_capacity_and_planner_vs_the_parameter_sorted():
     assert ax.get_xscale() == "log" and "Gbps" in ax.get_xlabel() and "req/s" in ax.get_ylabel()
 
 
-def test_sweep_ttft_plots_mean_and_p90():
+def test_sweep_ttft_plots_mean_and_p90(plots):
     _fig, ax = plots.new_axes()
     plots.sweep_ttft(TABLE, "link.capacity_gbps", ax)
     lines = lines_by_label(ax)
@@ -116,7 +124,7 @@ def test_sweep_ttft_plots_mean_and_p90():
     assert lines["a P90"] == ([1.0, 10.0, 100.0], [90.0, 20.0, 9.0])
 
 
-def test_sweep_lines_draw_one_line_per_value_of_the_other_parameter():
+def test_sweep_lines_draw_one_line_per_value_of_the_other_parameter(plots):
     table = pd.DataFrame({"deployment": "a", "x.t": [1.0, 2.0, 1.0, 2.0], "x.bw": [5.0, 5.0, 100.0, 100.0],
                           "steady_rps": [1.0, 2.0, 3.0, 4.0]})
     _fig, ax = plots.new_axes()
@@ -126,7 +134,7 @@ def test_sweep_lines_draw_one_line_per_value_of_the_other_parameter():
     assert lines["a, bw=100 emulated"] == ([1.0, 2.0], [3.0, 4.0])
 
 
-def test_heatmap_puts_each_value_in_its_cell_and_leaves_missing_points_blank():
+def test_heatmap_puts_each_value_in_its_cell_and_leaves_missing_points_blank(plots):
     table = pd.DataFrame({"deployment": ["a", "a", "a", "b"], "p.x": [2.0, 1.0, 2.0, 1.0],
                           "p.y": [10.0, 10.0, 20.0, 10.0],
                           "steady_rps": [3.0, 1.0, 4.0, 7.0], "saturated": True})
@@ -142,7 +150,7 @@ def test_heatmap_puts_each_value_in_its_cell_and_leaves_missing_points_blank():
     assert panel.get_xlabel() == "p.x" and panel.get_ylabel() == "p.y"
 
 
-def test_kv_throughput_draws_model_curves_and_measured_points():
+def test_kv_throughput_draws_model_curves_and_measured_points(plots):
     df = pd.DataFrame({
         "model": ["m", "m", "m", "d", "d"], "family": ["hybrid"] * 3 + ["dense"] * 2,
         "hardware": "h200", "input_tokens": [4096.0, 1024.0, 1024.0, 1024.0, 4096.0],
@@ -159,7 +167,7 @@ def test_kv_throughput_draws_model_curves_and_measured_points():
     assert "Gbps" in ax.get_ylabel() and "h200" in ax.get_title()
 
 
-def test_plan_threshold_overlays_the_emulated_capacity():
+def test_plan_threshold_overlays_the_emulated_capacity(plots):
     curve = pd.DataFrame({"deployment": "p", "threshold_tokens": [0.0, 20000.0, 40000.0], "lambda_rps": [2.5, 3.2, 1.4],
                           "n_prefill": 3, "n_decode": 5})
     emulated = pd.DataFrame({"deployment": "p", "threshold_tokens": [40000.0, 0.0], "capacity_rps": [1.4, 2.3]})
@@ -169,7 +177,7 @@ def test_plan_threshold_overlays_the_emulated_capacity():
     assert lines["Λ_max"] == ([0.0, 20.0, 40.0], [2.5, 3.2, 1.4])
 
 
-def test_plan_panels_draw_one_panel_per_deployment():
+def test_plan_panels_draw_one_panel_per_deployment(plots):
     curve = pd.DataFrame({"deployment": ["h", "h", "p", "p"], "n_prefill": [1, 2, 0, 1], "n_decode": [2, 1, 2, 1],
                           "lambda_rps": [1.0, 0.5, 0.0, 2.0], "threshold_tokens": [np.nan, np.nan, 19e3, 19e3]})
     fig = plots.plan_panels(curve, plots.plan_split)
@@ -228,7 +236,7 @@ def test_saturation_only_sweep_skips_the_load_figures(tmp_path, run_factory):
     assert table["closed_loop"].all() and table["steady_rps"].tolist() == pytest.approx([2.0, 3.0], rel=0.05)
 
 
-def test_categorical_sweep_keys_split_the_points_but_get_no_axis(tmp_path, run_factory):
+def test_categorical_sweep_keys_split_the_points_but_get_no_axis(plots, tmp_path, run_factory):
     """A sweep over a config group (`workload=a,b`) and a boolean flag: both are sweep keys that
     separate points (never mixed into one capacity); only the numeric key gets a line figure."""
     job = 0

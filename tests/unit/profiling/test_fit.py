@@ -7,18 +7,16 @@ import numpy as np
 import pytest
 
 from harness.errors import InputError
-from harness.profiling.fit import (
-    fit_decode,
-    fit_prefill,
-    predict_decode,
-    predict_prefill,
-)
-from harness.profiling.probes import decode_window
+
+# harness.profiling.fit and .probes import scipy (~0.6 s of CPU): imported in the tests that use them, not
+# by every xdist worker as it collects
 
 LENGTHS = np.repeat([128, 256, 512, 1024, 2048], 3)
 
 
 def test_prefill_fit_recovers_a_known_quadratic_under_noise():
+    from harness.profiling.fit import fit_prefill, predict_prefill
+
     rng = np.random.default_rng(7)
     true = (0.012, 2.4e-4, 6.0e-8)
     y = (true[0] + true[1] * LENGTHS + true[2] * LENGTHS**2) * (1 + 0.02 * rng.standard_normal(len(LENGTHS)))
@@ -34,6 +32,8 @@ def test_prefill_fit_recovers_a_known_quadratic_under_noise():
 
 
 def test_prefill_fit_keeps_terms_non_negative():
+    from harness.profiling.fit import fit_prefill
+
     # A concave measurement (falling marginal cost): least squares would want c2 < 0.
     y = 0.01 + 0.05 * np.sqrt(LENGTHS)
     fit = fit_prefill(LENGTHS, y)
@@ -42,6 +42,8 @@ def test_prefill_fit_keeps_terms_non_negative():
 
 
 def test_prefill_fit_needs_three_distinct_lengths():
+    from harness.profiling.fit import fit_prefill
+
     with pytest.raises(InputError, match="distinct lengths"):
         fit_prefill([100, 100, 200], [0.1, 0.1, 0.2])
 
@@ -53,6 +55,8 @@ def _decode_design():
 
 
 def test_decode_fit_recovers_base_per_seq_and_per_token():
+    from harness.profiling.fit import fit_decode, predict_decode
+
     rng = np.random.default_rng(3)
     batch, ctx = _decode_design()
     true = {"base_s": 3.5e-3, "per_seq_s": 1.2e-3, "per_token_s": 2.0e-7}
@@ -66,6 +70,8 @@ def test_decode_fit_recovers_base_per_seq_and_per_token():
 
 
 def test_a_constant_step_engine_fits_as_constant():
+    from harness.profiling.fit import fit_decode
+
     rng = np.random.default_rng(5)
     batch, ctx = _decode_design()
     y = 0.025 * (1 + 0.01 * rng.standard_normal(12))
@@ -80,6 +86,8 @@ def _stream(first: float, step: float, n: int) -> list[float]:
 
 
 def test_decode_window_takes_the_span_where_every_stream_decodes():
+    from harness.profiling.probes import decode_window
+
     # Three streams start together; their first tokens come at 1/8, 2/8 and 3/8 s (staggered
     # prefills), then one step of 1/64 s for all. Stream 0 ran alone at 1/256 s steps before the others
     # joined. (Binary fractions: the stamps are exact.)
@@ -98,11 +106,13 @@ def test_decode_window_takes_the_span_where_every_stream_decodes():
 
 
 def test_decode_window_is_none_when_the_streams_barely_overlap():
+    from harness.profiling.probes import decode_window
+
     assert decode_window([_stream(0.0, 0.01, 10), _stream(0.085, 0.01, 10)], [8, 8]) is None
 
 
 def test_per_batch_decode_fit_interpolates_a_batch_size_it_never_saw():
-    from harness.profiling.fit import batch_steps, fit_decode_per_batch
+    from harness.profiling.fit import batch_steps, fit_decode_per_batch, predict_decode
 
     true = {1: 0.0024, 2: 0.0070, 3: 0.0078, 4: 0.0085}  # not linear in the batch (a fast single-sequence path)
     per_token = 2e-7

@@ -11,7 +11,6 @@ import pytest
 
 from harness.engine.model import ModelSpec, build_model, vocabulary
 from harness.errors import InputError
-from harness.profile import check_loads
 from harness.profiling.writer import (
     architecture_from_gguf,
     check_architecture,
@@ -59,6 +58,8 @@ def _written(tmp_path: Path, name: str = "fitted") -> Path:
 
 
 def test_a_written_profile_loads_through_build_profile(tmp_path):
+    from harness.profile import check_loads  # with scipy (~0.6 s): imported here, not at collection
+
     path = _written(tmp_path)
     assert path == tmp_path / "model" / "fitted.yaml"
     assert path.read_text().startswith("# a header\n# line two\n")

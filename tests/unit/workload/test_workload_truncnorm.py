@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
+import scipy  # scipy.stats imports on first use (~0.5 s): only where these tests run
 
 from harness.workload.lengths import truncnorm_ppf
 
@@ -23,7 +23,7 @@ BOUNDS = [(-5.0, 1.9), (1.3, 3.0), (-3.0, -1.0), (0.0, 2.0), (2.0, 40.0), (-40.0
 @pytest.mark.parametrize(("a", "b"), BOUNDS)
 def test_bit_identical_to_scipy_stats(a, b):
     q = np.concatenate([np.random.default_rng(1).random(20_000), [0.0, 1.0, 1e-300, 1.0 - 1e-16, 0.5]])
-    assert np.array_equal(truncnorm_ppf(q, a, b), stats.truncnorm.ppf(q, a, b), equal_nan=True)
+    assert np.array_equal(truncnorm_ppf(q, a, b), scipy.stats.truncnorm.ppf(q, a, b), equal_nan=True)
 
 
 def test_sampling_the_paper_workload_does_not_import_scipy_stats():
