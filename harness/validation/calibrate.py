@@ -32,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from harness.costmodel.curves import PiecewiseLinear, Polynomial
+from harness.deploy.slot_layout import decode_cost
 
 PREFILL_KINDS = ("table", "polynomial")
 
@@ -204,8 +205,6 @@ def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separa
     if decoders == 0:
         return (prompts * t0 if separate else t0), work
     if layout:
-        from harness.deploy.slot_layout import decode_cost
-
         held = decode_cost([(i, 64.0 + 20.0) for i in range(decoders)],
                            [(decoders + j, tokens) for j in range(prompts)], _decode_step(block))
         return held + prompts * t0, work
@@ -259,8 +258,6 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
                       "rel_error": model / y - 1.0, "other_form_s": other, "other_form_rel_error": other / y - 1.0})
-    from harness.deploy.slot_layout import decode_cost
-
     step = _decode_step(block)
     layouts = []
     groups: dict[tuple[int, ...], list[dict]] = {}
