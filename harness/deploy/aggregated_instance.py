@@ -32,6 +32,12 @@ decode_step_s(1, .) twice, in slots 0 and 1 decode_step_s(2, .) once.
 Alone a prompt costs T(c + k) - T(c) + T(0) either way. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
 
+With `slot_layout` and `cache_save_token_s` > 0 a step that admits requests first spends
+`cache_save_token_s` x the tokens the engine copies into its host-memory prompt cache at those
+launches (the slots released since the previous launch: `slot_layout.SlotTable.saved_tokens`): llama-server
+does that on its one thread between two steps, so the new request's prompt and every decoding
+sequence wait for it.
+
 A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
 before its first step (an engine woken from idle runs its first pass slower than a busy one).
 

@@ -155,6 +155,8 @@ class ValidateCallback(Callback):
                                  f"target.url=http://HOST:PORT") from err
             binary, model, version = built.binary, built.model, built.version
         extra = ["-b", str(int(eng.batch_tokens))] if eng.batch_tokens else []
+        if eng.get("cache_ram_mib") is not None:  # llama-server's host-memory prompt cache (its default: 8,192 MiB)
+            extra += ["--cache-ram", str(int(eng.cache_ram_mib))]
         self.engine = start_server(binary, model, self.sweep_dir / "engine.log", slots=int(config.deployment.slots),
                                    threads=int(eng.threads), context=int(eng.context_tokens), extra=extra)
         atexit.register(self.engine.stop)  # whatever ends the run, the engine goes with it
@@ -321,6 +323,7 @@ class ValidateCallback(Callback):
             cfg.analysis.figures = False
         out = self.sweep_dir / "engine" / f"load{index}"
         out.mkdir(parents=True, exist_ok=True)
+        self._reset_slots(config)
         try:
             run_into(cfg, out)
         except Exception as err:
@@ -335,6 +338,7 @@ class ValidateCallback(Callback):
                 rcfg.workload.id_offset = int(rcfg.workload.id_offset) + REPEAT_ID_SHIFT
             again = self.sweep_dir / "engine" / f"load{index}_repeat"
             again.mkdir(parents=True, exist_ok=True)
+            self._reset_slots(config)
             try:
                 run_into(rcfg, again)
             except Exception as err:
@@ -349,6 +353,16 @@ class ValidateCallback(Callback):
             self._fit(config, self.rounds[-2:], tag)
             run["profile"] = tag
         self.runs.append(run)
+
+    def _reset_slots(self, config: DictConfig) -> None:
+        """`experiment.reset_slots`: before an engine run, its slots least recently used in the order the
+        emulator's fresh instance takes them (`probes.reset_slots`), so both runs start alike."""
+        if not bool(config.experiment.get("reset_slots", False)) or not bool(config.deployment.get("slot_layout")):
+            return
+        from harness.validation.probes import reset_slots
+
+        reset_slots(self.url, config.target, config.loadgen, slots=int(config.deployment.slots),
+                    block_tokens=int(config.workload.block_tokens), seed=int(config.experiment.calibration.seed) + 7)
 
     # -- after --------------------------------------------------------------------------------
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
