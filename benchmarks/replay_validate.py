@@ -36,10 +36,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from omegaconf import OmegaConf, open_dict  # noqa: E402
+from omegaconf import OmegaConf, open_dict
 
-from harness.validation import callback as cb  # noqa: E402
-from harness.validation.compare import TARGETS  # noqa: E402
+from harness.validation import callback as cb
+from harness.validation.compare import TARGETS
 
 _TS = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) ")
 _SLOT = re.compile(r"id +(\d+) \| task (-?\d+) \| (.*)")
@@ -113,6 +113,16 @@ def main() -> int:
         states = refit(sweep, meta, first, args.fit_cache_save)
         print(f"== {sweep} (--fit-cache-save {args.fit_cache_save}, --slot-order {args.slot_order}, "
               f"{' '.join(args.set)})")
+        cb._STATE.clear()
+        cb._STATE.update(states["start"])
+        with open_dict(first):
+            first.deployment.cache_save_token_s = float(cb._STATE.get("cache_save_token_s", 0.0))
+            for item in args.set:
+                key, value = item.split("=", 1)
+                OmegaConf.update(first, key, yaml.safe_load(value), force_add=True)
+        call = cb.ValidateCallback()
+        call._capacity(first)
+        print(f"capacity: the sweep's {meta['capacity_rps']:.3f} req/s, replayed {cb._STATE['capacity_rps']:.3f}")
         for i, run in enumerate(runs):
             cb._STATE.clear()
             cb._STATE.update(states[run["profile"]])
