@@ -85,15 +85,16 @@ def refit(sweep: Path, meta: dict, config, fit_cache_save: bool) -> dict[str, di
     rounds = [json.loads((sweep / "calibration" / t / "probes.json").read_text()) for t in tags]
     call = cb.ValidateCallback()
     call.url = str(meta.get("engine", {}).get("url", "replay"))
-    call.sweep_dir = Path(tempfile.mkdtemp(prefix="replay_"))
     with open_dict(config):
         config.experiment.calibration.fit_cache_save = bool(fit_cache_save)
     states = {}
-    for k, tag in enumerate(tags):
-        fit_tag = "start" if tag == "start" else tag.replace("after_", "")
-        use = [rounds[0]] if tag == "start" else rounds[k - 1:k + 1]
-        call._fit(config, use, fit_tag)
-        states[fit_tag] = dict(cb._STATE)
+    with tempfile.TemporaryDirectory(prefix="replay_") as tmp:
+        call.sweep_dir = Path(tmp)  # the fit writes its profile.yaml here, not into the sweep
+        for k, tag in enumerate(tags):
+            fit_tag = "start" if tag == "start" else tag.replace("after_", "")
+            use = [rounds[0]] if tag == "start" else rounds[k - 1:k + 1]
+            call._fit(config, use, fit_tag)
+            states[fit_tag] = dict(cb._STATE)
     return states
 
 
