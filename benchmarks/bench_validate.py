@@ -40,7 +40,9 @@ def print_fitted(meta: dict) -> None:
               f"relative RMS {mixed.get('relative_rms_residual', float('nan')):.3f}); "
               f"wake_s {(meta.get('wake_s') or {}).get(tag, {}).get('value', float('nan')) * 1e3:.1f} ms; "
               f"prefix_attention {(meta.get('prefix_attention') or {}).get(tag, {}).get('value', float('nan')):.2f}; "
-              f"client overhead {(meta.get('client_overhead_s') or {}).get(tag, float('nan')) * 1e3:.1f} ms")
+              f"client overhead {(meta.get('client_overhead_s') or {}).get(tag, float('nan')) * 1e3:.1f} ms; "
+              f"prompt-cache copy {(meta.get('cache_save_token_s') or {}).get(tag, {}).get('value', 0.0) * 1e6:.2f} "
+              f"us/token")
         for c in (meta.get("checks") or {}).get(tag, {}).get("mixed", []):
             print(f"  mixed probe {c.get('prompts', 1)} x {c['input_tokens']} beside {c['decoders']}: measured "
                   f"{c['measured_s'] * 1e3:.1f} ms, factor 1 {c['rel_error']:+.1%} "

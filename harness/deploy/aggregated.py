@@ -32,6 +32,11 @@ their own, as llama-server runs them with its per-slot KV; see `aggregated_insta
 llama-server's rule (prompt similarity above `slot_similarity`, else least recently used) and a step's
 decodes cost one decode step per ubatch the engine's splitter forms (runs of consecutive slots; a
 prompt's first token joins the run beside it; `ubatch_tokens`, -ub); see `slot_layout`.
+`cache_save_token_s` (needs slot_layout; default 0: off): llama-server's host-memory prompt cache copies the
+KV of the slots released since its last launch when it launches a request, on its one thread before the next
+step; each admission costs this much per token copied (`slot_layout.SlotTable`), measured by the
+validate_engine calibration. `slot_order` (needs slot_layout; default null: never-used slots, taken 3, 2,
+1, 0): the slots least recently used first, as an engine that served requests before holds them.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ if TYPE_CHECKING:
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
         "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor",
-        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens")
+        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens", "cache_save_token_s", "slot_order")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -69,7 +74,8 @@ class AggregatedDeployment:
                  prefix_attention: float = 1.0, mode: str = "sim", wake_s: float = 0.0,
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
-                 ubatch_tokens: int = UBATCH_TOKENS) -> None:
+                 ubatch_tokens: int = UBATCH_TOKENS, cache_save_token_s: float = 0.0,
+                 slot_order: list[int] | None = None) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -82,7 +88,7 @@ class AggregatedDeployment:
                                prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s,
                                mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes,
                                slot_layout=slot_layout, slot_similarity=slot_similarity, ubatch_tokens=ubatch_tokens,
-                               block_tokens=block_tokens)
+                               block_tokens=block_tokens, cache_save_token_s=cache_save_token_s, slot_order=slot_order)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -219,6 +225,16 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
             f"got {similarity!r}")
     ubatch = dep.get("ubatch_tokens", UBATCH_TOKENS)
     require(isinstance(ubatch, int) and ubatch >= 1, f"{where}.ubatch_tokens must be an integer >= 1, got {ubatch!r}")
+    save = dep.get("cache_save_token_s", 0.0)
+    require(isinstance(save, (int, float)) and save >= 0.0,
+            f"{where}.cache_save_token_s must be a number >= 0 (seconds per token), got {save!r}")
+    require(not save or layout, f"{where}.cache_save_token_s needs slot_layout: true (the slots it copies)")
+    order = dep.get("slot_order")
+    n_slots = int(dep["slots"])
+    require(order is None or (isinstance(order, list) and sorted(order) == list(range(n_slots))),
+            f"{where}.slot_order must be null or a permutation of the slots 0..{n_slots - 1} (least recently "
+            f"used first), got {order!r}")
+    require(order is None or layout, f"{where}.slot_order needs slot_layout: true")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -230,6 +246,7 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         shared_after=shared_after, prefix_attention=float(attention), mode=mode,
         wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
         mixed_prompt_factor=float(mixed), separate_passes=separate, slot_layout=layout,
-        slot_similarity=float(similarity), ubatch_tokens=int(ubatch))
+        slot_similarity=float(similarity), ubatch_tokens=int(ubatch), cache_save_token_s=float(save),
+        slot_order=None if order is None else [int(s) for s in order])
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

@@ -32,6 +32,12 @@ decode_step_s(1, .) twice, in slots 0 and 1 decode_step_s(2, .) once.
 Alone a prompt costs T(c + k) - T(c) + T(0) either way. A lone
 request's time to first token is therefore exactly `prefill_s(new, cached)` (plus `wake_s` below).
 
+With `slot_layout` and `cache_save_token_s` > 0 a step that admits requests first spends
+`cache_save_token_s` x the tokens the engine copies into its host-memory prompt cache at those
+launches (the slots released since the previous launch: `slot_layout.SlotTable.saved_tokens`): llama-server
+does that on its one thread between two steps, so the new request's prompt and every decoding
+sequence wait for it.
+
 A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
 before its first step (an engine woken from idle runs its first pass slower than a busy one).
 
@@ -45,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from harness.clock import Clock, Timer
 from harness.deploy.job import Job
@@ -73,7 +79,8 @@ class AggregatedInstance:
                  on_done: Callable[[Job], None], prefix_attention: float = 1.0, wake_s: float = 0.0,
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
-                 ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512) -> None:
+                 ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512, cache_save_token_s: float = 0.0,
+                 slot_order: Sequence[int] | None = None) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -84,8 +91,10 @@ class AggregatedInstance:
         self.mixed_prompt_factor = mixed_prompt_factor  # prompt work beside decodes costs this much more
         self.separate_passes = separate_passes  # decodes and each prompt chunk: passes of their own
         # slot_layout: requests hold engine slots chosen by the engine's rule; decodes cost by ubatch
-        self.slots = SlotTable(slots, similarity=slot_similarity, block_tokens=block_tokens) if slot_layout else None
+        self.slots = (SlotTable(slots, similarity=slot_similarity, block_tokens=block_tokens, order=slot_order)
+                      if slot_layout else None)
         self.ubatch_tokens = ubatch_tokens
+        self.cache_save_token_s = cache_save_token_s  # slot_layout: a launch copies released slots' KV (serial)
         self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
@@ -141,11 +150,15 @@ class AggregatedInstance:
     def _plan(self) -> None:
         """Admit what fits, then start the next segment (one prefill step, or a run of decode steps)."""
         now = self.clock.now()
+        launch = 0.0  # the engine's own work launching the admitted requests, before the step (prompt cache)
         while self.queue and len(self.running) < self.bs_max:
             job = self.queue.popleft()
             self._admit_hook(job)
             job.prefill_start_s = now
-            slot = -1 if self.slots is None else self.slots.pick(job.request.hash_ids, job.request.input_tokens)
+            slot = -1
+            if self.slots is not None:
+                slot = self.slots.pick(job.request.hash_ids, job.request.input_tokens)
+                launch += self.cache_save_token_s * self.slots.saved_tokens
             self.running.append(_Seq(job, slot))
         if not self.running:
             self._timer = None
@@ -178,7 +191,7 @@ class AggregatedInstance:
             if self.slots is not None:
                 base = decode_cost([(s.slot, s.context) for s in decoders], [(q.slot, k) for q, k in chunks],
                                    self.profile.decode_step_s, self.ubatch_tokens)
-            self._start(now, base + work, 1)
+            self._start(now, launch + base + work, 1)
             return
         self._seg_chunks = []
         steps = min(s.job.request.output_tokens - s.emitted for s in decoders)
@@ -222,13 +235,13 @@ class AggregatedInstance:
                 seq.job.finish_s = now
                 done.append(seq.job)
                 if self.slots is not None:
-                    released.append(seq.slot)
+                    released.append((seq.slot, seq.context))
             else:
                 keep.append(seq)
         self.running = keep
         if self.slots is not None:
-            for slot in sorted(released):  # the engine releases in slot order
-                self.slots.release(slot)
+            for slot, held in sorted(released):  # the engine releases in slot order
+                self.slots.release(slot, held)
         self._plan()
         for job in done:
             self.on_done(job)

@@ -8,6 +8,14 @@ splitter (`llama_batch_allocr::split_equal`) in the llama-cpp-python 0.3.36 sdis
   exceeds `similarity` (--slot-prompt-similarity, default 0.1; the first such slot on ties); else the
   least recently used idle slot (released longest ago; slots never used count as oldest, and among
   equals the one with the highest index, as the engine's `<=` scan picks it).
+- Prompt cache (`SlotTable.saved_tokens` after each pick): with its host-memory prompt cache on
+  (`--cache-ram`, 8,192 MiB by default) llama-server copies a slot's KV into it when a task takes the
+  slot by least recently used (or by similarity keeping under half of the slot's tokens:
+  `get_available_slot`, `prompt_save`), and then, with `--cache-idle-slots` (on by default), every idle
+  slot whose tokens the cache does not hold yet (`process_single_task`, `SERVER_TASK_TYPE_COMPLETION`);
+  on the server's one thread, between two steps. So each launch copies the tokens of the slots released
+  since the launch before (a released slot holds its prompt + its output tokens - 1), except a slot
+  the new task reuses by similarity.
 - A step's batch: one token for each decoding slot in slot order, then each prompt's chunk in slot
   order. With per-slot KV (kv_unified off) the batch is split into ubatches by `split_equal(n_ubatch,
   sequential=true)`: a ubatch takes the first sequence with tokens left, then every later one in
@@ -47,12 +55,19 @@ def common_prefix_tokens(a: Sequence[int], a_tokens: int, b: Sequence[int], b_to
 class SlotTable:
     """Which slot each admitted request holds, chosen as llama-server chooses it."""
 
-    def __init__(self, slots: int, *, similarity: float = SIMILARITY, block_tokens: int = 512) -> None:
+    def __init__(self, slots: int, *, similarity: float = SIMILARITY, block_tokens: int = 512,
+                 order: Sequence[int] | None = None) -> None:
         self.similarity = similarity
         self.block_tokens = block_tokens
         self.busy = [False] * slots
         self.last_used = [-1] * slots  # release order (-1: never released)
+        if order is not None:  # an engine's slots released in this order before (least recent first)
+            for rank, s in enumerate(order):
+                self.last_used[s] = rank - len(order) - 1
         self.cached: list[tuple[tuple[int, ...], int]] = [((), 0)] * slots  # the prompt a slot holds
+        self.held = [0] * slots  # tokens a slot holds (prompt + output - 1 once released)
+        self.unsaved = [0] * slots  # tokens an idle slot holds that the prompt cache does not yet
+        self.saved_tokens = 0  # what the last pick copied into the prompt cache (see the module doc)
         self._releases = 0
 
     def pick(self, hash_ids: Sequence[int], input_tokens: int) -> int:
@@ -72,14 +87,23 @@ class SlotTable:
                     best, oldest = s, self.last_used[s]
         if best < 0:
             raise RuntimeError("no idle slot")  # the instance admits only while slots are free
+        kept = best_f * input_tokens  # similarity: the prefix reused; the engine saves the slot if it keeps < half
+        reused = best_f > 0.0 and kept >= 0.5 * self.held[best]
+        self.saved_tokens = sum(self.unsaved[s] for s in range(len(self.busy))
+                                if not self.busy[s] and not (s == best and reused))
+        for s in range(len(self.busy)):
+            if not self.busy[s]:
+                self.unsaved[s] = 0
         self.busy[best] = True
         self.cached[best] = (tuple(hash_ids), int(input_tokens))
         return best
 
-    def release(self, slot: int) -> None:
+    def release(self, slot: int, held_tokens: int = 0) -> None:
+        """The slot's request ended holding `held_tokens` tokens (prompt + output - 1)."""
         self.busy[slot] = False
         self.last_used[slot] = self._releases
         self._releases += 1
+        self.held[slot] = self.unsaved[slot] = int(held_tokens)
 
 
 def ubatches(batch: Sequence[tuple[int, int]], n_ubatch: int = UBATCH_TOKENS) -> list[list[tuple[int, int]]]:

@@ -17,6 +17,11 @@ Fits (residuals kept in the provenance):
   (llama-server on this machine: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
 - mixed: m prompts sent together beside k decoding streams, fitted as the aggregated instance's
   step with `mixed_prompt_factor` (`mixed_parts`, its form set by `deployment.separate_passes`).
+- prompt cache saves (`fit_cache_save`): llama-server copies the KV of the slot the previous probe
+  released into its host-memory prompt cache when it launches the next one, before its prompt
+  (`harness.deploy.slot_layout`); so a back-to-back probe's client TTFT - the engine's prompt_ms
+  grows with the previous probe's tokens: fitted as h + c x those tokens (Theil-Sen), c is
+  `deployment.cache_save_token_s` and h, the client's own part, replaces the median overhead.
 Checks (reported, never fitted): held-out prefill lengths; the mixed probes at factor 1, by both
 step forms (shared pass, separate passes); streams pinned to other slot layouts (e.g. slots 0 and 2)
 against one decode step per run of consecutive slots (`slot_layout.decode_cost`) and against one
@@ -45,12 +50,48 @@ def _medians(rows: list[dict]) -> list[dict]:
     return [{**g[0], "step_s": float(np.median([r["step_s"] for r in g]))} for g in groups.values()]
 
 
-def client_overhead(rows: list[dict]) -> float:
+WARMUP_HELD_TOKENS = 64 + 4 - 1  # probes.py's warm-up request (64-token prompt, 4 tokens out) leaves this on its slot
+
+
+def prefill_rows(rounds: list[dict[str, list]]) -> list[dict]:
+    """The rounds' prefill probe rows (in the order sent, one at a time), each with `prev_tokens`: what
+    the request before it left on its slot (prompt + output - 1: the warm-up's for a round's first row,
+    else the previous probe's prompt, max_tokens 1) and the engine copies into its prompt cache when it
+    launches this one."""
+    out = []
+    for rd in rounds:
+        prev = WARMUP_HELD_TOKENS
+        for row in rd["prefill"]:
+            out.append({**row, "prev_tokens": prev})
+            prev = int(row["input_tokens"])
+    return out
+
+
+def client_overhead(rows: list[dict], save_token_s: float = 0.0) -> float:
     """What the client adds to the engine's own prompt time: the median over the back-to-back prefill
-    probes of client TTFT - the engine's timings.prompt_ms (0 when the engine sends no timings)."""
-    gaps = [float(r["ttft_s"]) - float(r["server_prompt_s"]) for r in rows
-            if r.get("role", "fit") == "fit" and _served(r) and np.isfinite(r["ttft_s"])]
+    probes of client TTFT - the engine's timings.prompt_ms (0 when the engine sends no timings), less
+    `save_token_s` x the tokens the engine copied into its prompt cache before the probe (`prev_tokens`,
+    `prefill_rows`), which the emulator charges as such."""
+    gaps = [float(r["ttft_s"]) - float(r["server_prompt_s"]) - save_token_s * float(r.get("prev_tokens", 0))
+            for r in rows if r.get("role", "fit") == "fit" and _served(r) and np.isfinite(r["ttft_s"])]
     return max(0.0, float(np.median(gaps))) if gaps else 0.0
+
+
+def fit_cache_save(rounds: list[dict[str, list]]) -> tuple[float, float, int]:
+    """(seconds per token, intercept, pairs): client TTFT - the engine's prompt_ms of the back-to-back
+    prefill probes (fitted and held-out lengths) against the tokens the previous probe left on its slot,
+    which the engine copies into its prompt cache before this probe's prompt: the Theil-Sen line (the
+    median of pairwise slopes, then the median intercept; a stalled probe moves neither), slope >= 0."""
+    rows = [r for r in prefill_rows(rounds)
+            if r.get("role", "fit") in ("fit", "holdout") and _served(r) and np.isfinite(r["ttft_s"])]
+    x = np.array([float(r["prev_tokens"]) for r in rows])
+    y = np.array([float(r["ttft_s"]) - float(r["server_prompt_s"]) for r in rows])
+    if len(x) < 3 or np.ptp(x) == 0:
+        return 0.0, float(np.median(y)) if len(y) else 0.0, len(x)
+    i, j = np.triu_indices(len(x), 1)
+    keep = x[i] != x[j]
+    slope = max(0.0, float(np.median((y[j] - y[i])[keep] / (x[j] - x[i])[keep])))
+    return slope, float(np.median(y - slope * x)), len(x)
 
 
 def _served(row: dict) -> bool:
@@ -173,10 +214,14 @@ def fit_prefix_attention(rounds: list[dict[str, list]], t: Callable[[float], flo
     return gamma, float(np.sqrt(np.mean(rel**2)))
 
 
-def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tuple[float, list[dict]]:
+def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float],
+             save_token_s: float = 0.0) -> tuple[float, list[dict]]:
     """(wake_s, per length): what a prompt sent to an engine idle for a while takes beyond the
-    back-to-back curve T, the median over lengths of median(idle TTFT) - T(l), at least 0."""
-    idle = _by_length([row for r in rounds for row in r["prefill"]], "idle")
+    back-to-back curve T, the median over lengths of median(idle TTFT) - T(l), at least 0 (less
+    `save_token_s` x the tokens the engine copied into its prompt cache first, charged as such)."""
+    rows = [{**row, "ttft_s": float(row["ttft_s"]) - save_token_s * float(row["prev_tokens"])}
+            for row in prefill_rows(rounds)]
+    idle = _by_length(rows, "idle")
     rows = [{"input_tokens": n, "idle_s": m, "busy_s": t(n), "extra_s": m - t(n)} for n, m in idle.items()]
     return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
@@ -212,11 +257,11 @@ def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separa
     return (step + prompts * t0 if separate else max(t0, step)), work
 
 
-def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server") -> dict[tuple[int, int, int], float]:
+def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server",
+                   save_token_s: float = 0.0) -> dict[tuple[int, int, int], float]:
     """The median prompt time per (decoders, prompts, length) of the mixed probes (rows without
     `prompts`: 1): the engine's own prompt time + the client overhead (clock server, `_time`)."""
-    pre = [row for r in rounds for row in r["prefill"]]
-    overhead = client_overhead(pre) if clock == "server" else None
+    overhead = client_overhead(prefill_rows(rounds), save_token_s) if clock == "server" else None
     groups: dict[tuple[int, int, int], list[float]] = {}
     for row in (row for r in rounds for row in r.get("mixed", [])):
         if np.isfinite(_time(row, overhead)):
@@ -226,12 +271,12 @@ def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server") -> dict
 
 
 def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-              clock: str = "server", layout: bool = False) -> tuple[float, float]:
+              clock: str = "server", layout: bool = False, save_token_s: float = 0.0) -> tuple[float, float]:
     """(factor, relative RMS residual): m prompts of n tokens sent together beside k decoding streams
     (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
     `mixed_prompt_factor`), relative least squares over the medians, factor >= 1 (1: prompt work beside
     decodes costs what it costs alone)."""
-    med = {k: v for k, v in _mixed_medians(rounds, clock).items() if k[0] > 0}
+    med = {k: v for k, v in _mixed_medians(rounds, clock, save_token_s).items() if k[0] > 0}
     if not med:
         return 1.0, math.nan
     parts = np.array([mixed_parts(block, k, m, n, separate=separate, layout=layout) for k, m, n in med])
@@ -244,16 +289,16 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
 
 
 def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-           clock: str = "server", layout: bool = False) -> dict[str, list[dict]]:
+           clock: str = "server", layout: bool = False, save_token_s: float = 0.0) -> dict[str, list[dict]]:
     """Predictions of what no fit saw: held-out prefill lengths; m prompts beside k decoding streams at
     factor 1, by the configured step form (`separate`) and by the other one ('other')."""
     t = prefill_curve(block["prefill"])
-    pre = [row for r in rounds for row in r["prefill"]]
-    overhead = client_overhead(pre) if clock == "server" else None
+    pre = prefill_rows(rounds)
+    overhead = client_overhead(pre, save_token_s) if clock == "server" else None
     held = [{"input_tokens": n, "measured_s": m, "predicted_s": t(n), "rel_error": t(n) / m - 1.0}
             for n, m in _by_length(pre, "holdout", overhead).items()]
     mixed = []
-    for (k, m, n), y in _mixed_medians(rounds, clock).items():
+    for (k, m, n), y in _mixed_medians(rounds, clock, save_token_s).items():
         model = sum(mixed_parts(block, k, m, n, separate=separate, layout=layout))
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
@@ -275,18 +320,20 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
 
 def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str,
         decode_kind: str = "per_batch", prefill_kind: str = "table", knots: list[int] | None = None,
-        clock: str = "server") -> dict:
+        clock: str = "server", save_token_s: float = 0.0) -> dict:
     """The profiles block {hardware: {...}} fitted to the probe rows of one or more rounds (the
     `fit` rows; held-out and mixed probes are only checked, see `checks`)."""
-    pre = [row for r in rounds for row in r["prefill"]]
+    pre = prefill_rows(rounds)
     dec = [row for r in rounds for row in r["decode"]]
     lengths = sorted({row["input_tokens"] for row in pre if row.get("role", "fit") == "fit"})
     batches = sorted({row["batch"] for row in dec})
     prompts = sorted({row["prompt_tokens"] for row in dec})
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    overhead = client_overhead(pre) if clock == "server" else None
+    overhead = client_overhead(pre, save_token_s) if clock == "server" else None
+    saves = (f" - {save_token_s * 1e6:.2f} us x the tokens the engine copied into its prompt cache before it"
+             if save_token_s else "")
     timed = (f"the engine's own prompt time (timings.prompt_ms) + the median client overhead "
-             f"({(overhead or 0.0) * 1e3:.1f} ms: client TTFT - prompt_ms, the load generator's own client)"
+             f"({(overhead or 0.0) * 1e3:.1f} ms: client TTFT - prompt_ms{saves}, the load generator's own client)"
              if clock == "server" else "the client TTFT (the load generator's own client)")
     what = f"[M] fitted {stamp} to the median of {timed} of single fresh prompts at {lengths} tokens ({source})"
     if prefill_kind == "table":

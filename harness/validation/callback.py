@@ -73,6 +73,10 @@ def _mixed() -> float:
     return float(_STATE.get("mixed_prompt_factor", 1.0))
 
 
+def _cache_save() -> float:
+    return float(_STATE.get("cache_save_token_s", 0.0))
+
+
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
@@ -80,7 +84,7 @@ def _offset(fraction: Any) -> int:
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
                    ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake),
-                   ("validate_mixed", _mixed)):
+                   ("validate_mixed", _mixed), ("validate_cache_save", _cache_save)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -151,6 +155,8 @@ class ValidateCallback(Callback):
                                  f"target.url=http://HOST:PORT") from err
             binary, model, version = built.binary, built.model, built.version
         extra = ["-b", str(int(eng.batch_tokens))] if eng.batch_tokens else []
+        if eng.get("cache_ram_mib") is not None:  # llama-server's host-memory prompt cache (its default: 8,192 MiB)
+            extra += ["--cache-ram", str(int(eng.cache_ram_mib))]
         self.engine = start_server(binary, model, self.sweep_dir / "engine.log", slots=int(config.deployment.slots),
                                    threads=int(eng.threads), context=int(eng.context_tokens), extra=extra)
         atexit.register(self.engine.stop)  # whatever ends the run, the engine goes with it
@@ -203,22 +209,42 @@ class ValidateCallback(Callback):
                                                    "at": time.strftime("%H:%M:%SZ", time.gmtime())})
 
     def _fit(self, config: DictConfig, rounds: list[dict], tag: str) -> None:
-        from harness.validation.calibrate import checks, fit, fit_mixed, fit_prefix_attention, fit_wake, prefill_curve
+        from harness.validation.calibrate import (
+            checks,
+            client_overhead,
+            fit,
+            fit_cache_save,
+            fit_mixed,
+            fit_prefix_attention,
+            fit_wake,
+            prefill_curve,
+            prefill_rows,
+        )
 
         cal = config.experiment.calibration
         clock = str(cal.get("clock", "server"))
         if clock not in ("server", "client"):
             raise InputError(f"experiment.calibration.clock={clock!r}; valid: server, client")
+        layout = bool(config.deployment.get("slot_layout", False))
+        save = 0.0
+        if layout and clock == "server" and bool(cal.get("fit_cache_save", False)):
+            save, intercept, pairs = fit_cache_save(rounds)
+            self.meta.setdefault("cache_save_token_s", {})[tag] = {
+                "value": save, "intercept_s": intercept, "pairs": pairs,
+                "provenance": "[M] Theil-Sen slope of client TTFT - the engine's prompt_ms of back-to-back prefill "
+                              f"probes against the tokens the probe before left on its slot, probe rounds {tag}"}
+            print(f"[{tag}] prompt cache save at launch: {save * 1e6:.2f} us per token copied (client's own part "
+                  f"{intercept * 1e3:.1f} ms, {pairs} probes)", flush=True)
+        _STATE["cache_save_token_s"] = save
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
                        source=f"llama-server at {self.url}, probe rounds {tag}", decode_kind=str(cal.decode_kind),
                        prefill_kind=str(cal.prefill_kind),
-                       knots=[int(k) for k in cal.knots] if cal.get("knots") else None, clock=clock)
+                       knots=[int(k) for k in cal.knots] if cal.get("knots") else None, clock=clock,
+                       save_token_s=save)
         _STATE["profiles"] = profiles
         block = next(iter(profiles.values()))
         if clock == "server":
-            from harness.validation.calibrate import client_overhead
-
-            overhead = client_overhead([row for r in rounds for row in r["prefill"]])
+            overhead = client_overhead(prefill_rows(rounds), save)
             self.meta.setdefault("client_overhead_s", {})[tag] = overhead
             print(f"[{tag}] client overhead over the engine's prompt time: {overhead * 1e3:.1f} ms", flush=True)
         gamma, residual = fit_prefix_attention(rounds, prefill_curve(block["prefill"]))
@@ -227,7 +253,7 @@ class ValidateCallback(Callback):
             "value": gamma, "relative_rms_residual": residual,
             "provenance": "[M] fitted to TTFT of new tokens on a cached probe prefix "
                           f"({list(cal.cached_prefixes)} x {list(cal.cached_new)} tokens), probe rounds {tag}"}
-        wake, wake_rows = fit_wake(rounds, prefill_curve(block["prefill"]))
+        wake, wake_rows = fit_wake(rounds, prefill_curve(block["prefill"]), save)
         _STATE["wake_s"] = wake
         self.meta.setdefault("wake_s", {})[tag] = {
             "value": wake, "by_length": wake_rows,
@@ -235,10 +261,9 @@ class ValidateCallback(Callback):
                           f"{cal.get('idle', {}).get('gap_s')} s idle - the back-to-back curve), probe rounds {tag}"}
         print(f"[{tag}] wake from idle: {wake * 1e3:.1f} ms", flush=True)
         separate = bool(config.deployment.get("separate_passes", False))
-        layout = bool(config.deployment.get("slot_layout", False))
         form = ("separate passes" if separate else "one shared pass") + (", decode ubatches by slot layout"
                                                                          if layout else "")
-        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock, layout=layout)
+        mixed, mixed_rms = (fit_mixed(rounds, block, separate=separate, clock=clock, layout=layout, save_token_s=save)
                             if cal.get("fit_mixed", True) else (1.0, math.nan))
         _STATE["mixed_prompt_factor"] = mixed
         self.meta.setdefault("mixed_prompt_factor", {})[tag] = {
@@ -247,7 +272,7 @@ class ValidateCallback(Callback):
                           f"({dict(cal.get('mixed') or {})}; step form: {form}), probe rounds {tag}"}
         print(f"[{tag}] prompt work beside decodes ({form}): x{mixed:.3f} (relative RMS {mixed_rms:.3f})",
               flush=True)
-        found = checks(rounds, block, separate=separate, clock=clock, layout=layout)
+        found = checks(rounds, block, separate=separate, clock=clock, layout=layout, save_token_s=save)
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:
             print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "
@@ -298,6 +323,7 @@ class ValidateCallback(Callback):
             cfg.analysis.figures = False
         out = self.sweep_dir / "engine" / f"load{index}"
         out.mkdir(parents=True, exist_ok=True)
+        self._reset_slots(config)
         try:
             run_into(cfg, out)
         except Exception as err:
@@ -312,6 +338,7 @@ class ValidateCallback(Callback):
                 rcfg.workload.id_offset = int(rcfg.workload.id_offset) + REPEAT_ID_SHIFT
             again = self.sweep_dir / "engine" / f"load{index}_repeat"
             again.mkdir(parents=True, exist_ok=True)
+            self._reset_slots(config)
             try:
                 run_into(rcfg, again)
             except Exception as err:
@@ -326,6 +353,16 @@ class ValidateCallback(Callback):
             self._fit(config, self.rounds[-2:], tag)
             run["profile"] = tag
         self.runs.append(run)
+
+    def _reset_slots(self, config: DictConfig) -> None:
+        """`experiment.reset_slots`: before an engine run, its slots least recently used in the order the
+        emulator's fresh instance takes them (`probes.reset_slots`), so both runs start alike."""
+        if not bool(config.experiment.get("reset_slots", False)) or not bool(config.deployment.get("slot_layout")):
+            return
+        from harness.validation.probes import reset_slots
+
+        reset_slots(self.url, config.target, config.loadgen, slots=int(config.deployment.slots),
+                    block_tokens=int(config.workload.block_tokens), seed=int(config.experiment.calibration.seed) + 7)
 
     # -- after --------------------------------------------------------------------------------
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

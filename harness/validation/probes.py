@@ -246,6 +246,26 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
             "ids": {"seed": seed, "salt": p.salt}}
 
 
+RESET_TOKENS = 16  # reset_slots: each slot's request (fresh ids, 1 token out)
+
+
+async def _reset(url: str, target: DictConfig, loadgen: DictConfig, block_tokens: int, slots: int, seed: int) -> None:
+    p = ProbeRound(url, target, loadgen, block_tokens, seed)
+    for i, slot in enumerate(range(slots - 1, -1, -1)):
+        await p.send_pinned([p.fresh(i, 0.0, RESET_TOKENS, 1)], [slot])
+
+
+def reset_slots(url: str, target: Any, loadgen: Any, *, slots: int, block_tokens: int = 512, seed: int = 0) -> None:
+    """Leave the engine's slots least recently used in the order the emulator's fresh instance takes
+    them (slots-1, ..., 1, 0: `slot_layout.SlotTable`), holding nothing a workload shares: one short
+    fresh request pinned to each slot, one after the other, highest slot first. llama-server picks the
+    least recently released idle slot, so whatever ran before (probe rounds, an earlier load) would
+    otherwise decide which slots a run's requests share (after the probe rounds here: 3, 0, 1, 2)."""
+    target = target if isinstance(target, DictConfig) else OmegaConf.create(target)
+    loadgen = loadgen if isinstance(loadgen, DictConfig) else OmegaConf.create(loadgen)
+    asyncio.run(_reset(url, target, loadgen, block_tokens, slots, seed))
+
+
 def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0,
           max_sequences: int | None = None) -> dict[str, Any]:
     """One round of probes against `url` (blocking): {"prefill", "decode", "cached", "mixed"} rows."""

@@ -60,3 +60,32 @@ def test_url_mode_drives_the_engine(engine_url, tmp_path):
     assert (df["output_tokens"] == 12).all()  # the server's usage count, pinned by max_tokens + ignore_eos
     assert (df["input_tokens"] == 96).all()
     assert (df["ttft_s"] > 0).all()
+
+
+def test_reset_slots_leaves_the_engine_taking_slots_as_the_emulator_does(engine_server):
+    """After `probes.reset_slots` (one pinned request per slot, highest first) unpinned requests take the
+    slots least recently used first, 3, 2, 1, 0, as a fresh `SlotTable` does, whatever ran before."""
+    import asyncio
+    import re
+
+    from hydra import compose, initialize_config_dir
+
+    from harness.schema import register_configs
+    from harness.validation.probes import ProbeRound, reset_slots
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=[f"target.url={engine_server.url}", "target.keep_alive=false"])
+    target, loadgen = cfg.target, cfg.loadgen
+    reset_slots(engine_server.url, target, loadgen, slots=4, seed=3)
+    before = len(re.findall(r"selected slot by LRU", engine_server.log.read_text(errors="replace")))
+
+    async def four():
+        p = ProbeRound(engine_server.url, target, loadgen, 512, 11)
+        return await p.send([p.fresh(i, 0.05 * i, 64, 24) for i in range(4)], one_at_a_time=False)
+
+    rows = asyncio.run(four())
+    assert all(r.get("error") is None for r in rows)
+    picks = [int(m.group(1)) for m in re.finditer(r"id +(\d+) \| task -?\d+ \| selected slot by LRU",
+                                                  engine_server.log.read_text(errors="replace"))]
+    assert picks[before:] == [3, 2, 1, 0]

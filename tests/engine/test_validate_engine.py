@@ -58,6 +58,9 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tm
         assert [c["slots"] for c in layouts] == [[0, 2]] and layouts[0]["measured_s"] > 0, (tag, layouts)
         assert [(c["decoders"], c["prompts"]) for c in side["checks"][tag]["mixed"]] == [(1, 2)]
         assert 0.0 <= side["client_overhead_s"][tag] < 1.0
+        # the prompt-cache copy cost: fitted from the back-to-back prefill probes (3 lengths, 1 repeat)
+        save = side["cache_save_token_s"][tag]
+        assert save["value"] >= 0.0 and save["pairs"] == 3 * (1 if tag == "start" else 2), (tag, save)
     # long-context decode probes: each stream's 512-token prefix served from the engine's cache on its slot
     probes = json.loads((sweep / "calibration" / "start" / "probes.json").read_text())
     long = [r for r in probes["decode"] if r.get("cached_tokens") == 512]

@@ -1,0 +1,159 @@
+"""Re-run the emulator's side of a saved validate_engine sweep offline, against its saved engine runs.
+
+    .venv/bin/python benchmarks/replay_validate.py SWEEP_DIR [SWEEP_DIR ...] [--fit-cache-save]
+        [--slot-order engine] [--set KEY=VALUE ...]
+
+A sweep written by `benchmarks/bench_validate.py` (or `python -m harness -m experiment=validate_engine`)
+keeps every probe round (`calibration/<tag>/probes.json`), each load's engine run (`engine/load<i>`) and
+its emulator job's config (`<i>_*/.hydra/config.yaml`). This refits each load's calibration from the
+probe rounds that bracket it (as the suite does: `start` + `after_load0` for load 0, and so on) with the
+current code and the options given, runs the emulator on that load's arrivals (same seed, rate and hash
+ids), and prints predicted vs measured beside what the sweep itself predicted. Nothing measured on the
+validation workload enters the fit: only the probe rounds do. The engine's rates stay what the sweep
+offered; the capacity the refitted `start` round gives is printed for reference.
+
+- `--fit-cache-save`: fit `deployment.cache_save_token_s` (llama-server's prompt cache copies at launch,
+  `harness.deploy.slot_layout`) from the probes, as `experiment.calibration.fit_cache_save=true` does.
+- `--slot-order engine`: start the emulator's slots in the least-recently-used order the engine's slots
+  had when the load began (read from the sweep's engine.log: the last release of each slot before the
+  load's first launch); a sweep run with `experiment.reset_slots=true` starts the engine in the
+  emulator's own order, so this is what that would have done.
+- `--set deployment.KEY=VALUE`: any other override of the emulator's jobs (e.g. `deployment.slot_layout=false`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from omegaconf import OmegaConf, open_dict
+
+from harness.validation import callback as cb
+from harness.validation.compare import TARGETS
+
+_TS = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) ")
+_SLOT = re.compile(r"id +(\d+) \| task (-?\d+) \| (.*)")
+_EVAL = re.compile(r"prompt eval time = +([\d.]+) ms / +(\d+) tokens")
+
+
+def engine_slot_order(log: Path, engine_dir: Path, slots: int) -> list[int]:
+    """The slots least recently used first when the engine run in `engine_dir` began, from llama-server's
+    log (verbosity 3 prints each task's launch, prompt timings and release with its slot): the launch of
+    the run's first request (matched by its prompt tokens and the engine's prompt_ms to 0.01 ms), and
+    each slot's last release before it (never released: first, highest id first, as the engine's LRU
+    scan takes them)."""
+    launch: dict[int, float] = {}
+    evals: list[tuple[int, int, int]] = []  # (task, prompt tokens, prompt ms x 100)
+    releases: list[tuple[float, int]] = []
+    for line in log.read_text(errors="replace").splitlines():
+        ts, m = _TS.match(line), _SLOT.search(line)
+        if not ts or not m:
+            continue
+        mi, sec, ms, us = (int(x) for x in ts.groups())
+        t = mi * 60 + sec + ms / 1e3 + us / 1e6
+        slot, task, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+        if rest.startswith("processing task"):
+            launch[task] = t
+        elif rest.startswith("stop processing"):
+            releases.append((t, slot))
+        elif (e := _EVAL.search(rest)) is not None:
+            evals.append((task, int(e.group(2)), round(float(e.group(1)) * 100)))
+    frame = pd.read_parquet(engine_dir / "requests.parquet", columns=["sent_s", "engine_prompt_n", "engine_prompt_ms"])
+    first = frame.sort_values("sent_s").iloc[0]
+    key = (int(first["engine_prompt_n"]), round(float(first["engine_prompt_ms"]) * 100))
+    tasks = [task for task, n, ms in evals if (n, ms) == key]
+    if not tasks:
+        raise SystemExit(f"{engine_dir}: its first request is not in {log}")
+    t0 = launch[tasks[-1] if len(tasks) == 1 else tasks[0]]
+    last = {slot: t for t, slot in releases if t < t0}
+    return sorted(range(slots), key=lambda s: (last.get(s, -1.0), -s))
+
+
+def refit(sweep: Path, meta: dict, config, fit_cache_save: bool) -> dict[str, dict]:
+    """The callback's own fit of each tag from the saved probe rounds: {tag: state}."""
+    tags = [r["tag"] for r in meta["calibration"]["rounds"]]
+    rounds = [json.loads((sweep / "calibration" / t / "probes.json").read_text()) for t in tags]
+    call = cb.ValidateCallback()
+    call.url = str(meta.get("engine", {}).get("url", "replay"))
+    with open_dict(config):
+        config.experiment.calibration.fit_cache_save = bool(fit_cache_save)
+    states = {}
+    with tempfile.TemporaryDirectory(prefix="replay_") as tmp:
+        call.sweep_dir = Path(tmp)  # the fit writes its profile.yaml here, not into the sweep
+        for k, tag in enumerate(tags):
+            fit_tag = "start" if tag == "start" else tag.replace("after_", "")
+            use = [rounds[0]] if tag == "start" else rounds[k - 1:k + 1]
+            call._fit(config, use, fit_tag)
+            states[fit_tag] = dict(cb._STATE)
+    return states
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweeps", nargs="+", type=Path)
+    parser.add_argument("--fit-cache-save", action="store_true")
+    parser.add_argument("--slot-order", choices=("default", "engine"), default="default")
+    parser.add_argument("--set", action="append", default=[], help="an override of the emulator's jobs")
+    args = parser.parse_args()
+    from harness.runs.assemble import run_into
+
+    for sweep in args.sweeps:
+        meta = json.loads((sweep / "validation.json").read_text())
+        runs = meta["runs"]
+        first = OmegaConf.load(Path(runs[0]["sim_dir"]) / ".hydra" / "config.yaml")
+        states = refit(sweep, meta, first, args.fit_cache_save)
+        print(f"== {sweep} (--fit-cache-save {args.fit_cache_save}, --slot-order {args.slot_order}, "
+              f"{' '.join(args.set)})")
+        cb._STATE.clear()
+        cb._STATE.update(states["start"])
+        with open_dict(first):
+            first.deployment.cache_save_token_s = float(cb._STATE.get("cache_save_token_s", 0.0))
+            for item in args.set:
+                key, value = item.split("=", 1)
+                OmegaConf.update(first, key, yaml.safe_load(value), force_add=True)
+        call = cb.ValidateCallback()
+        call._capacity(first)
+        print(f"capacity: the sweep's {meta['capacity_rps']:.3f} req/s, replayed {cb._STATE['capacity_rps']:.3f}")
+        for i, run in enumerate(runs):
+            cb._STATE.clear()
+            cb._STATE.update(states[run["profile"]])
+            cb._STATE["capacity_rps"] = meta["capacity_rps"]
+            cfg = OmegaConf.load(Path(run["sim_dir"]) / ".hydra" / "config.yaml")
+            with open_dict(cfg):
+                cfg.deployment.cache_save_token_s = float(cb._STATE.get("cache_save_token_s", 0.0))
+                if args.slot_order == "engine":
+                    cfg.deployment.slot_order = engine_slot_order(sweep / "engine.log", Path(run["engine_dir"]),
+                                                                  int(cfg.deployment.slots))
+                for item in args.set:
+                    key, value = item.split("=", 1)
+                    OmegaConf.update(cfg, key, yaml.safe_load(value), force_add=True)
+                cfg.mode = "sim"
+            with tempfile.TemporaryDirectory() as tmp:
+                new = run_into(cfg, Path(tmp))
+            measured = pd.read_parquet(Path(run["engine_dir"]) / "summary.parquet").iloc[0]
+            before = pd.read_parquet(Path(run["sim_dir"]) / "summary.parquet").iloc[0]
+            state = states[run["profile"]]
+            print(f"load {i} ({run['load_rps']:.2f} req/s, fit {run['profile']}: cache_save "
+                  f"{state.get('cache_save_token_s', 0.0) * 1e6:.2f} us/token, mixed "
+                  f"{state.get('mixed_prompt_factor', 1.0):.3f}, wake {state.get('wake_s', 0.0) * 1e3:.1f} ms"
+                  + (f", slot order {cfg.deployment.slot_order}" if args.slot_order == "engine" else "") + ")")
+            for metric, target in TARGETS.items():
+                m, b, a = float(measured[metric]), float(before[metric]), float(new[metric])
+                mark = "ok" if abs(a / m - 1) <= target else "MISS"
+                print(f"  {metric:<15} measured {m:8.4f}  sweep's prediction {b:8.4f} ({b / m - 1:+6.1%})  "
+                      f"replayed {a:8.4f} ({a / m - 1:+6.1%}) {mark}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
