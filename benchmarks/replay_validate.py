@@ -22,7 +22,8 @@ offered; the capacity the refitted `start` round gives is printed for reference.
   `deployment.tile_fill` from the probes off the tiles, as validate_engine does; `--tile-roles` the probe
   roles it uses (default `tile`, the `tile_lengths` probes; sweeps from before them have only the 96-token
   held-out probes off the tiles: `--tile-roles holdout`, which then are no longer held out for the tile).
-- `--set deployment.KEY=VALUE`: any other override of the emulator's jobs (e.g. `deployment.slot_layout=false`).
+- `--set deployment.KEY=VALUE`: any other override of the emulator's jobs (e.g. `deployment.slot_layout=false`);
+  `--set experiment.calibration.KEY=VALUE` (e.g. `knots=[...]`) also applies to the refit.
 """
 
 from __future__ import annotations
@@ -131,6 +132,11 @@ def main() -> int:
         runs = meta["runs"]
         first = OmegaConf.load(Path(runs[0]["sim_dir"]) / ".hydra" / "config.yaml")
         roles = args.tile_roles.split(",") if args.tile_roles else None
+        with open_dict(first):  # the calibration's own settings apply to the refit
+            for item in args.set:
+                key, value = item.split("=", 1)
+                if key.startswith("experiment.calibration."):
+                    OmegaConf.update(first, key, yaml.safe_load(value), force_add=True)
         states = refit(sweep, meta, first, args.fit_cache_save, args.tile_tokens, roles)
         print(f"== {sweep} (--fit-cache-save {args.fit_cache_save}, --slot-order {args.slot_order}, "
               f"--tile-tokens {args.tile_tokens} --tile-roles {args.tile_roles}, {' '.join(args.set)})")

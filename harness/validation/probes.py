@@ -179,7 +179,8 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 keys.append((int(c), int(n)))
     rows = await p.send(reqs, one_at_a_time=True) if reqs else []
     cached = [{"cached_tokens": c, "new_tokens": n, "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
-               "server_cache_n": r.get("engine_cache_n")} for (c, n), r in zip(keys, rows[1::2], strict=True)]
+               "server_cache_n": r.get("engine_cache_n"), "server_prompt_s": _ms(r, "prompt_ms") / 1e3}
+              for (c, n), r in zip(keys, rows[1::2], strict=True)]
     # (3) decode steps: b streams started together (`pin_slots`: on slots 0..b-1, one ubatch)
     pin = bool(cal.get("pin_slots", False))
     decode = []
