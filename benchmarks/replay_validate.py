@@ -1,7 +1,7 @@
 """Re-run the emulator's side of a saved validate_engine sweep offline, against its saved engine runs.
 
     .venv/bin/python benchmarks/replay_validate.py SWEEP_DIR [SWEEP_DIR ...] [--fit-cache-save]
-        [--slot-order engine] [--set KEY=VALUE ...]
+        [--slot-order engine] [--tile-tokens 64 [--tile-roles tile,holdout]] [--set KEY=VALUE ...]
 
 A sweep written by `benchmarks/bench_validate.py` (or `python -m harness -m experiment=validate_engine`)
 keeps every probe round (`calibration/<tag>/probes.json`), each load's engine run (`engine/load<i>`) and
@@ -18,7 +18,12 @@ offered; the capacity the refitted `start` round gives is printed for reference.
   had when the load began (read from the sweep's engine.log: the last release of each slot before the
   load's first launch); a sweep run with `experiment.reset_slots=true` starts the engine in the
   emulator's own order, so this is what that would have done.
-- `--set deployment.KEY=VALUE`: any other override of the emulator's jobs (e.g. `deployment.slot_layout=false`).
+- `--tile-tokens N`: model the engine's partial attention tiles (`deployment.tile_tokens`) and fit
+  `deployment.tile_fill` from the probes off the tiles, as validate_engine does; `--tile-roles` the probe
+  roles it uses (default `tile`, the `tile_lengths` probes; sweeps from before them have only the 96-token
+  held-out probes off the tiles: `--tile-roles holdout`, which then are no longer held out for the tile).
+- `--set deployment.KEY=VALUE`: any other override of the emulator's jobs (e.g. `deployment.slot_layout=false`);
+  `--set experiment.calibration.KEY=VALUE` (e.g. `knots=[...]`) also applies to the refit.
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ def engine_slot_order(log: Path, engine_dir: Path, slots: int) -> list[int]:
     return sorted(range(slots), key=lambda s: (last.get(s, -1.0), -s))
 
 
-def refit(sweep: Path, meta: dict, config, fit_cache_save: bool) -> dict[str, dict]:
+def refit(sweep: Path, meta: dict, config, fit_cache_save: bool, tile_tokens: int | None = None,
+          tile_roles: list[str] | None = None) -> dict[str, dict]:
     """The callback's own fit of each tag from the saved probe rounds: {tag: state}."""
     tags = [r["tag"] for r in meta["calibration"]["rounds"]]
     rounds = [json.loads((sweep / "calibration" / t / "probes.json").read_text()) for t in tags]
@@ -87,6 +93,10 @@ def refit(sweep: Path, meta: dict, config, fit_cache_save: bool) -> dict[str, di
     call.url = str(meta.get("engine", {}).get("url", "replay"))
     with open_dict(config):
         config.experiment.calibration.fit_cache_save = bool(fit_cache_save)
+        if tile_tokens is not None:
+            config.deployment.tile_tokens = int(tile_tokens)
+        if tile_roles:
+            config.experiment.calibration.tile_roles = list(tile_roles)
     states = {}
     with tempfile.TemporaryDirectory(prefix="replay_") as tmp:
         call.sweep_dir = Path(tmp)  # the fit writes its profile.yaml here, not into the sweep
@@ -98,11 +108,21 @@ def refit(sweep: Path, meta: dict, config, fit_cache_save: bool) -> dict[str, di
     return states
 
 
+def _tile(cfg, tile_tokens: int | None) -> None:
+    """The emulator job's tile settings: `--tile-tokens` (else the sweep's own) and the refitted tile_fill."""
+    if tile_tokens is not None:
+        cfg.deployment.tile_tokens = int(tile_tokens)
+    if int(cfg.deployment.get("tile_tokens") or 0):
+        cfg.deployment.tile_fill = float(cb._STATE.get("tile_fill", 0.0))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="+", type=Path)
     parser.add_argument("--fit-cache-save", action="store_true")
     parser.add_argument("--slot-order", choices=("default", "engine"), default="default")
+    parser.add_argument("--tile-tokens", type=int, default=None, help="deployment.tile_tokens (default: the sweep's)")
+    parser.add_argument("--tile-roles", default=None, help="probe roles fit_tile uses, comma-separated (default tile)")
     parser.add_argument("--set", action="append", default=[], help="an override of the emulator's jobs")
     args = parser.parse_args()
     from harness.runs.assemble import run_into
@@ -111,13 +131,20 @@ def main() -> int:
         meta = json.loads((sweep / "validation.json").read_text())
         runs = meta["runs"]
         first = OmegaConf.load(Path(runs[0]["sim_dir"]) / ".hydra" / "config.yaml")
-        states = refit(sweep, meta, first, args.fit_cache_save)
+        roles = args.tile_roles.split(",") if args.tile_roles else None
+        with open_dict(first):  # the calibration's own settings apply to the refit
+            for item in args.set:
+                key, value = item.split("=", 1)
+                if key.startswith("experiment.calibration."):
+                    OmegaConf.update(first, key, yaml.safe_load(value), force_add=True)
+        states = refit(sweep, meta, first, args.fit_cache_save, args.tile_tokens, roles)
         print(f"== {sweep} (--fit-cache-save {args.fit_cache_save}, --slot-order {args.slot_order}, "
-              f"{' '.join(args.set)})")
+              f"--tile-tokens {args.tile_tokens} --tile-roles {args.tile_roles}, {' '.join(args.set)})")
         cb._STATE.clear()
         cb._STATE.update(states["start"])
         with open_dict(first):
             first.deployment.cache_save_token_s = float(cb._STATE.get("cache_save_token_s", 0.0))
+            _tile(first, args.tile_tokens)
             for item in args.set:
                 key, value = item.split("=", 1)
                 OmegaConf.update(first, key, yaml.safe_load(value), force_add=True)
@@ -131,6 +158,7 @@ def main() -> int:
             cfg = OmegaConf.load(Path(run["sim_dir"]) / ".hydra" / "config.yaml")
             with open_dict(cfg):
                 cfg.deployment.cache_save_token_s = float(cb._STATE.get("cache_save_token_s", 0.0))
+                _tile(cfg, args.tile_tokens)
                 if args.slot_order == "engine":
                     cfg.deployment.slot_order = engine_slot_order(sweep / "engine.log", Path(run["engine_dir"]),
                                                                   int(cfg.deployment.slots))
@@ -145,7 +173,8 @@ def main() -> int:
             state = states[run["profile"]]
             print(f"load {i} ({run['load_rps']:.2f} req/s, fit {run['profile']}: cache_save "
                   f"{state.get('cache_save_token_s', 0.0) * 1e6:.2f} us/token, mixed "
-                  f"{state.get('mixed_prompt_factor', 1.0):.3f}, wake {state.get('wake_s', 0.0) * 1e3:.1f} ms"
+                  f"{state.get('mixed_prompt_factor', 1.0):.3f}, wake {state.get('wake_s', 0.0) * 1e3:.1f} ms, "
+                  f"tile fill {state.get('tile_fill', 0.0):.3f}"
                   + (f", slot order {cfg.deployment.slot_order}" if args.slot_order == "engine" else "") + ")")
             for metric, target in TARGETS.items():
                 m, b, a = float(measured[metric]), float(before[metric]), float(new[metric])

@@ -37,6 +37,9 @@ KV of the slots released since its last launch when it launches a request, on it
 step; each admission costs this much per token copied (`slot_layout.SlotTable`), measured by the
 validate_engine calibration. `slot_order` (needs slot_layout; default null: never-used slots, taken 3, 2,
 1, 0): the slots least recently used first, as an engine that served requests before holds them.
+`tile_tokens` / `tile_fill` (default 0 / 0: off): an engine that computes attention in query tiles of
+`tile_tokens` rows pads a prompt's partial last tile, which costs `tile_fill` of the empty rows' work
+(`aggregated_instance.padded_tokens`); measured by the validate_engine calibration from off-tile probes.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ if TYPE_CHECKING:
 LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
         "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor",
-        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens", "cache_save_token_s", "slot_order")
+        "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens", "cache_save_token_s", "slot_order",
+        "tile_tokens", "tile_fill")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -75,7 +79,7 @@ class AggregatedDeployment:
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
                  ubatch_tokens: int = UBATCH_TOKENS, cache_save_token_s: float = 0.0,
-                 slot_order: list[int] | None = None) -> None:
+                 slot_order: list[int] | None = None, tile_tokens: int = 0, tile_fill: float = 0.0) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -88,7 +92,8 @@ class AggregatedDeployment:
                                prefix_attention=prefix_attention, wake_s=wake_s, wake_after_s=wake_after_s,
                                mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes,
                                slot_layout=slot_layout, slot_similarity=slot_similarity, ubatch_tokens=ubatch_tokens,
-                               block_tokens=block_tokens, cache_save_token_s=cache_save_token_s, slot_order=slot_order)
+                               block_tokens=block_tokens, cache_save_token_s=cache_save_token_s, slot_order=slot_order,
+                               tile_tokens=tile_tokens, tile_fill=tile_fill)
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -235,6 +240,13 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
             f"{where}.slot_order must be null or a permutation of the slots 0..{n_slots - 1} (least recently "
             f"used first), got {order!r}")
     require(order is None or layout, f"{where}.slot_order needs slot_layout: true")
+    tile = dep.get("tile_tokens", 0)
+    require(isinstance(tile, int) and tile >= 0,
+            f"{where}.tile_tokens must be an integer >= 0 (0: attention tiles not modelled), got {tile!r}")
+    fill = dep.get("tile_fill", 0.0)
+    require(isinstance(fill, (int, float)) and 0.0 <= fill <= 1.0,
+            f"{where}.tile_fill must be a number in [0, 1] (share of a full tile's work a partial one costs), "
+            f"got {fill!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -247,6 +259,6 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
         mixed_prompt_factor=float(mixed), separate_passes=separate, slot_layout=layout,
         slot_similarity=float(similarity), ubatch_tokens=int(ubatch), cache_save_token_s=float(save),
-        slot_order=None if order is None else [int(s) for s in order])
+        slot_order=None if order is None else [int(s) for s in order], tile_tokens=int(tile), tile_fill=float(fill))
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

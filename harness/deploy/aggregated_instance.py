@@ -38,6 +38,14 @@ launches (the slots released since the previous launch: `slot_layout.SlotTable.s
 does that on its one thread between two steps, so the new request's prompt and every decoding
 sequence wait for it.
 
+With `tile_tokens` > 0 and `tile_fill` f > 0 a prompt chunk's last ubatch pays for a whole tile of rows: the
+engine computes attention over query tiles of `tile_tokens` rows and pads a partial last tile with empty rows
+(llama.cpp's CPU flash attention, `ggml_compute_forward_flash_attn_ext_tiled`: GGML_FA_TILE_Q = 64 rows,
+used for ubatches of at least 64 rows), so k tokens cost their marginal work plus f x the marginal work of
+the empty rows: `m(c, k) + f * (m(c, k') - m(c, k))`, k' = k with its last ubatch (`ubatch_tokens`) rounded
+up to whole tiles (`padded_tokens`). Prompts whose lengths are whole tiles (the usual probe grid) pay nothing
+more; 0 (default): not modelled.
+
 A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
 before its first step (an engine woken from idle runs its first pass slower than a busy one).
 
@@ -60,6 +68,18 @@ from harness.deploy.slot_layout import SIMILARITY, UBATCH_TOKENS, SlotTable, dec
 _EPS = 1e-9
 
 
+def padded_tokens(tokens: int, tile: int, ubatch: int) -> int:
+    """The rows an engine computes for `tokens` prompt tokens in ubatches of `ubatch`, each ubatch of at
+    least `tile` rows in whole tiles of `tile` rows (a partial last tile padded; a ubatch of fewer rows is
+    not tiled): 130 -> 192 and 520 (512 + 8) -> 520 at tile 64, ubatch 512."""
+    if tile <= 0 or tokens <= 0:
+        return tokens
+    last = tokens % ubatch or min(tokens, ubatch)
+    if last < tile or last % tile == 0:
+        return tokens
+    return tokens + tile - last % tile
+
+
 class _Seq:
     """An admitted request: prompt tokens left to compute, context in KV, tokens emitted."""
 
@@ -80,7 +100,7 @@ class AggregatedInstance:
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
                  ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512, cache_save_token_s: float = 0.0,
-                 slot_order: Sequence[int] | None = None) -> None:
+                 slot_order: Sequence[int] | None = None, tile_tokens: int = 0, tile_fill: float = 0.0) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -95,6 +115,7 @@ class AggregatedInstance:
                       if slot_layout else None)
         self.ubatch_tokens = ubatch_tokens
         self.cache_save_token_s = cache_save_token_s  # slot_layout: a launch copies released slots' KV (serial)
+        self.tile_tokens, self.tile_fill = tile_tokens, tile_fill  # a partial attention tile costs f of a full one
         self._idle_since = -math.inf  # when the instance last ran out of work (-inf: never busy yet)
         self._admit_hook = admit  # the deployment looks the prefix cache up at admission
         self.on_first_token = on_first_token
@@ -138,9 +159,18 @@ class AggregatedInstance:
 
     # -- stepping -----------------------------------------------------------------------------
     def _marginal(self, context: int, tokens: int) -> float:
-        """Prompt work of `tokens` tokens on `context` tokens in KV. The cost model charges
-        T(c + k) - T(c); `prefix_attention` < 1 charges only that share of what this exceeds a fresh
-        prompt's T(k) - T(0) by (the attention over the prefix), as measured on an engine."""
+        """Prompt work of `tokens` tokens on `context` tokens in KV (`_work`), plus `tile_fill` x the work of
+        the empty rows padding its last attention tile (`padded_tokens`; nothing when off)."""
+        work = self._work(context, tokens)
+        if self.tile_fill and self.tile_tokens:
+            padded = padded_tokens(tokens, self.tile_tokens, self.ubatch_tokens)
+            if padded > tokens:
+                work += self.tile_fill * (self._work(context, padded) - work)
+        return work
+
+    def _work(self, context: int, tokens: int) -> float:
+        """The cost model charges T(c + k) - T(c); `prefix_attention` < 1 charges only that share of what
+        this exceeds a fresh prompt's T(k) - T(0) by (the attention over the prefix), as measured on an engine."""
         full = self.profile.prefill_s(tokens, context) - self._t0
         if context == 0 or self.prefix_attention == 1.0:
             return full

@@ -22,6 +22,10 @@ Fits (residuals kept in the provenance):
   (`harness.deploy.slot_layout`); so a back-to-back probe's client TTFT - the engine's prompt_ms
   grows with the previous probe's tokens: fitted as h + c x those tokens (Theil-Sen), c is
   `deployment.cache_save_token_s` and h, the client's own part, replaces the median overhead.
+- attention tiles (`fit_tile`): llama.cpp's CPU flash attention computes query tiles of 64 rows and pads a
+  partial last tile, so a prompt just past a whole tile costs more than the curve through whole-tile lengths
+  says (engine CPU 39.7 ms at 128 tokens, 44.0 at 130). Probes at `tile_lengths` (role tile), each against
+  the fitted length just below it, fit `deployment.tile_fill`: the share of the empty rows' work paid.
 Checks (reported, never fitted): held-out prefill lengths; the mixed probes at factor 1, by both
 step forms (shared pass, separate passes); streams pinned to other slot layouts (e.g. slots 0 and 2)
 against one decode step per run of consecutive slots (`slot_layout.decode_cost`) and against one
@@ -226,6 +230,50 @@ def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float],
     return (max(0.0, float(np.median([r["extra_s"] for r in rows]))) if rows else 0.0), rows
 
 
+def tiled(t: Callable[[float], float], n: int, tile_fill: float, tile_tokens: int, ubatch_tokens: int) -> float:
+    """T(n) of a fresh prompt with its partial attention tile: T(n) + f x (T(n') - T(n)), n' the rows the engine
+    computes (`aggregated_instance.padded_tokens`), as the aggregated instance charges it."""
+    from harness.deploy.aggregated_instance import padded_tokens
+
+    base = t(n)
+    if not tile_fill or not tile_tokens:
+        return base
+    return base + tile_fill * (t(padded_tokens(n, tile_tokens, ubatch_tokens)) - base)
+
+
+def fit_tile(rounds: list[dict[str, list]], t: Callable[[float], float], *, tile_tokens: int, ubatch_tokens: int,
+             overhead: float | None = None, roles: tuple[str, ...] = ("tile",)) -> tuple[float, list[dict]]:
+    """(tile_fill, per length): back-to-back probes of n tokens off the attention tiles (`roles`, default the
+    `tile_lengths` probes), each against the fitted (role fit) length n0 just below it at a whole tile
+    (n0 = n - n mod tile; the curve T where n0 was not probed): excess = y(n) - y(n0) - (T(n) - T(n0)), what n
+    costs beyond the curve's step from n0, against the empty rows' work T(n') - T(n) (`padded_tokens`);
+    relative least squares over the per-length medians, f in [0, 1]. (0, []) without such probes."""
+    from harness.deploy.aggregated_instance import padded_tokens
+
+    pre = prefill_rows(rounds)
+    base = _by_length(pre, "fit", overhead)
+    rows = []
+    for role in roles:
+        for n, y in _by_length(pre, role, overhead).items():
+            padded = padded_tokens(n, tile_tokens, ubatch_tokens)
+            if padded == n:
+                continue
+            n0 = n - n % tile_tokens
+            y0 = base.get(n0, t(n0))
+            rows.append({"input_tokens": n, "measured_s": y, "base_tokens": n0, "base_s": y0,
+                         "excess_s": y - y0 - (t(n) - t(n0)), "empty_rows_s": t(padded) - t(n)})
+    if not rows:
+        return 0.0, []
+    w = np.array([1.0 / r["measured_s"] for r in rows])
+    x = np.array([r["empty_rows_s"] for r in rows]) * w
+    e = np.array([r["excess_s"] for r in rows]) * w
+    fill = float(np.clip(np.dot(e, x) / max(float(np.dot(x, x)), 1e-18), 0.0, 1.0))
+    for r in rows:
+        predicted = r["base_s"] + t(r["input_tokens"]) - t(r["base_tokens"]) + fill * r["empty_rows_s"]
+        r["rel_error"] = predicted / r["measured_s"] - 1.0
+    return fill, rows
+
+
 def _decode_step(block: dict) -> Callable[[int, float], float]:
     from harness.costmodel.decode import LinearDecode, PerBatchDecode
 
@@ -289,14 +337,18 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
 
 
 def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False,
-           clock: str = "server", layout: bool = False, save_token_s: float = 0.0) -> dict[str, list[dict]]:
-    """Predictions of what no fit saw: held-out prefill lengths; m prompts beside k decoding streams at
-    factor 1, by the configured step form (`separate`) and by the other one ('other')."""
+           clock: str = "server", layout: bool = False, save_token_s: float = 0.0,
+           tile: tuple[float, int, int] = (0.0, 0, 512)) -> dict[str, list[dict]]:
+    """Predictions of what no fit saw: held-out prefill lengths (with a partial attention tile's cost, `tile`
+    = (tile_fill, tile_tokens, ubatch_tokens)); m prompts beside k decoding streams at factor 1, by the
+    configured step form (`separate`) and by the other one ('other')."""
     t = prefill_curve(block["prefill"])
     pre = prefill_rows(rounds)
     overhead = client_overhead(pre, save_token_s) if clock == "server" else None
-    held = [{"input_tokens": n, "measured_s": m, "predicted_s": t(n), "rel_error": t(n) / m - 1.0}
-            for n, m in _by_length(pre, "holdout", overhead).items()]
+    held = []
+    for n, m in _by_length(pre, "holdout", overhead).items():
+        p = tiled(t, n, *tile)
+        held.append({"input_tokens": n, "measured_s": m, "predicted_s": p, "rel_error": p / m - 1.0})
     mixed = []
     for (k, m, n), y in _mixed_medians(rounds, clock, save_token_s).items():
         model = sum(mixed_parts(block, k, m, n, separate=separate, layout=layout))

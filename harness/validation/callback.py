@@ -77,6 +77,10 @@ def _cache_save() -> float:
     return float(_STATE.get("cache_save_token_s", 0.0))
 
 
+def _tile_fill() -> float:
+    return float(_STATE.get("tile_fill", 0.0))
+
+
 def _offset(fraction: Any) -> int:
     """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
     return round(float(fraction) * 1000) * 10_000_000
@@ -84,7 +88,8 @@ def _offset(fraction: Any) -> int:
 
 for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
                    ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake),
-                   ("validate_mixed", _mixed), ("validate_cache_save", _cache_save)):
+                   ("validate_mixed", _mixed), ("validate_cache_save", _cache_save),
+                   ("validate_tile_fill", _tile_fill)):
     if not OmegaConf.has_resolver(_name):
         OmegaConf.register_new_resolver(_name, _fn)
 
@@ -216,6 +221,7 @@ class ValidateCallback(Callback):
             fit_cache_save,
             fit_mixed,
             fit_prefix_attention,
+            fit_tile,
             fit_wake,
             prefill_curve,
             prefill_rows,
@@ -247,6 +253,23 @@ class ValidateCallback(Callback):
             overhead = client_overhead(prefill_rows(rounds), save)
             self.meta.setdefault("client_overhead_s", {})[tag] = overhead
             print(f"[{tag}] client overhead over the engine's prompt time: {overhead * 1e3:.1f} ms", flush=True)
+        tile_tokens = int(config.deployment.get("tile_tokens") or 0)
+        ubatch = int(config.deployment.get("ubatch_tokens") or 512)
+        fill = 0.0
+        if tile_tokens:
+            roles = tuple(str(r) for r in (cal.get("tile_roles") or ["tile"]))
+            fill, tile_rows = fit_tile(rounds, prefill_curve(block["prefill"]), tile_tokens=tile_tokens,
+                                       ubatch_tokens=ubatch, roles=roles,
+                                       overhead=client_overhead(prefill_rows(rounds), save) if clock == "server"
+                                       else None)
+            self.meta.setdefault("tile_fill", {})[tag] = {
+                "value": fill, "by_length": tile_rows,
+                "provenance": f"[M] relative least squares of back-to-back probes off the {tile_tokens}-token "
+                              f"attention tiles (roles {list(roles)}) beyond the curve's step from the fitted "
+                              f"length below each, against their padded rows' work, probe rounds {tag}"}
+            print(f"[{tag}] partial attention tile ({tile_tokens} rows): x{fill:.3f} of the padded rows' work "
+                  + ", ".join(f"{r['input_tokens']} tok {r['rel_error']:+.1%}" for r in tile_rows), flush=True)
+        _STATE["tile_fill"] = fill
         gamma, residual = fit_prefix_attention(rounds, prefill_curve(block["prefill"]))
         _STATE["prefix_attention"] = gamma
         self.meta.setdefault("prefix_attention", {})[tag] = {
@@ -272,7 +295,8 @@ class ValidateCallback(Callback):
                           f"({dict(cal.get('mixed') or {})}; step form: {form}), probe rounds {tag}"}
         print(f"[{tag}] prompt work beside decodes ({form}): x{mixed:.3f} (relative RMS {mixed_rms:.3f})",
               flush=True)
-        found = checks(rounds, block, separate=separate, clock=clock, layout=layout, save_token_s=save)
+        found = checks(rounds, block, separate=separate, clock=clock, layout=layout, save_token_s=save,
+                       tile=(fill, tile_tokens, ubatch))
         self.meta.setdefault("checks", {})[tag] = found
         for c in found["prefill_holdout"]:
             print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "

@@ -8,7 +8,8 @@ range (fresh prompts, nothing cached), except where a probe means to reuse its o
 
 Rows (plain dicts, saved to calibration/<tag>/probes.json):
 - prefill: one request in flight, max_tokens=1, lengths `lengths` (role fit) and `holdout_lengths`
-  (role holdout: never fitted, predicted), interleaved in a seeded random order, back to back; then
+  (role holdout: never fitted, predicted) and `tile_lengths` (role tile: lengths off the engine's attention
+  tiles, for `calibrate.fit_tile`), interleaved in a seeded random order, back to back; then
   `idle.lengths` each after `idle.gap_s` of idle engine (role idle: what waking from idle adds);
 - cached: a fresh prefix of c tokens, then that prefix + n new tokens;
 - decode: b streams started together (b x prompt <= the engine's batch, so all b prompts go in one
@@ -151,6 +152,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
     # (1) prefill: fitted and held-out lengths, interleaved in a seeded random order
     plan = [(int(n), "fit") for n in cal.lengths for _ in range(int(cal.repeats))]
     plan += [(int(n), "holdout") for n in (cal.get("holdout_lengths") or []) for _ in range(int(cal.repeats))]
+    plan += [(int(n), "tile") for n in (cal.get("tile_lengths") or []) for _ in range(int(cal.repeats))]
     order = p.rng.permutation(len(plan)).tolist()
     reqs = [p.fresh(i, float(i), plan[j][0], 1) for i, j in enumerate(order)]
     prefill = [{"input_tokens": plan[j][0], "role": plan[j][1],
@@ -177,7 +179,8 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                 keys.append((int(c), int(n)))
     rows = await p.send(reqs, one_at_a_time=True) if reqs else []
     cached = [{"cached_tokens": c, "new_tokens": n, "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
-               "server_cache_n": r.get("engine_cache_n")} for (c, n), r in zip(keys, rows[1::2], strict=True)]
+               "server_cache_n": r.get("engine_cache_n"), "server_prompt_s": _ms(r, "prompt_ms") / 1e3}
+              for (c, n), r in zip(keys, rows[1::2], strict=True)]
     # (3) decode steps: b streams started together (`pin_slots`: on slots 0..b-1, one ubatch)
     pin = bool(cal.get("pin_slots", False))
     decode = []

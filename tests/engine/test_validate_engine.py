@@ -24,7 +24,8 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.calibration.mixed.prompts=[2,4]", "experiment.calibration.mixed.lengths=[128]",
         "experiment.calibration.mixed.decode_tokens=40",
         "experiment.calibration.knots=null", "experiment.calibration.idle.lengths=[]",
-        "experiment.calibration.layouts=[[0,2]]", "experiment.calibration.decode_cached.prompts=[512]",
+        "experiment.calibration.tile_lengths=[258]", "experiment.calibration.layouts=[[0,2]]",
+        "experiment.calibration.decode_cached.prompts=[512]",
         "experiment.repeat_engine=true"]
 
 
@@ -61,6 +62,9 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tm
         # the prompt-cache copy cost: fitted from the back-to-back prefill probes (3 lengths, 1 repeat)
         save = side["cache_save_token_s"][tag]
         assert save["value"] >= 0.0 and save["pairs"] == 3 * (1 if tag == "start" else 2), (tag, save)
+        # the partial attention tile: 258 tokens against the fitted 256, a share in [0, 1]
+        tile = side["tile_fill"][tag]
+        assert 0.0 <= tile["value"] <= 1.0 and [r["input_tokens"] for r in tile["by_length"]] == [258], (tag, tile)
     # long-context decode probes: each stream's 512-token prefix served from the engine's cache on its slot
     probes = json.loads((sweep / "calibration" / "start" / "probes.json").read_text())
     long = [r for r in probes["decode"] if r.get("cached_tokens") == 512]
