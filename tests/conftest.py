@@ -166,18 +166,24 @@ def _cache_compositions() -> None:
     counts = {"defaults lists": [0, 0], "compositions": [0, 0]}  # [made, reused]: tools/suite_timeline.py
 
     def sources_key(repo: Any) -> tuple:
-        key = getattr(repo, "_suite_sources_key", None)
-        if key is None:
+        """The key of `repo`'s sources as they are now (hydra adds the primary config's search path to a
+        repository after loading that config: a new list of sources, a new key)."""
+        sources = tuple(repo.get_sources())
+        kept = getattr(repo, "_suite_sources", None)
+        if kept is None or len(kept[0]) != len(sources) or any(a is not b for a, b in zip(kept[0], sources)):
             parts, pinned = [], []
-            for source in repo.get_sources():
+            for source in sources:
                 state = _source_state(source)
                 if source.scheme() == "structured":
                     state, nodes = state
                     pinned.append(nodes)  # the nodes stay alive with the entry: their ids are not reused
                 parts.append(state)
-            key = (tuple(parts), str(version.getbase()))
-            repo._suite_sources_key, repo._suite_pinned = key, pinned
-        return key
+            kept = (sources, (tuple(parts), str(version.getbase())), pinned)
+            repo._suite_sources = kept
+        return kept[1]
+
+    def pinned(repo: Any) -> Any:
+        return repo._suite_sources[2]
 
     def config_overrides(repo: Any, overrides_list: list) -> list | None:
         """The overrides that set config values (not a group's choice), as hydra's `Overrides` sorts
@@ -205,7 +211,7 @@ def _cache_compositions() -> None:
             result = create_defaults_list(repo=repo, config_name=config_name, overrides_list=overrides_list,
                                           prepend_hydra=prepend_hydra, skip_missing=skip_missing)
             if [id(o) for o in result.config_overrides] == [id(o) for o in values]:
-                lists[key] = (copy.deepcopy(result), repo._suite_pinned)
+                lists[key] = (copy.deepcopy(result), pinned(repo))
             counts["defaults lists"][0] += 1
             return result
         counts["defaults lists"][1] += 1
@@ -218,12 +224,27 @@ def _cache_compositions() -> None:
                                         for d in defaults))
         if key not in composed:
             result = compose_from_defaults(self, defaults=defaults, repo=repo)
-            composed[key] = (copy.deepcopy(result), repo._suite_pinned)
+            composed[key] = (copy.deepcopy(result), pinned(repo))
             counts["compositions"][0] += 1
             return result
         counts["compositions"][1] += 1
         return copy.deepcopy(composed[key][0])
 
+    # One config file (or ConfigStore node) loaded, its defaults list read: kept per sources and path.
+    from hydra._internal.config_repository import ConfigRepository
+
+    load_config = ConfigRepository.load_config
+    loaded: dict[tuple, Any] = {}
+
+    def cached_load(self: Any, config_path: str) -> Any:
+        key = (sources_key(self), config_path)
+        if key not in loaded:
+            result = load_config(self, config_path)
+            loaded[key] = (copy.deepcopy(result), pinned(self))
+            return result
+        return copy.deepcopy(loaded[key][0])
+
+    ConfigRepository.load_config = cached_load
     loader.create_defaults_list = cached_defaults_list
     cached_defaults_list.counts = counts  # type: ignore[attr-defined]
     loader.ConfigLoaderImpl._compose_config_from_defaults_list = cached_compose
