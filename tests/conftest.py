@@ -170,8 +170,10 @@ def _cache_compositions() -> None:
         repository after loading that config: a new list of sources, a new key)."""
         sources = tuple(repo.get_sources())
         kept = getattr(repo, "_suite_sources", None)
-        if kept is None or len(kept[0]) != len(sources) or any(a is not b for a, b in zip(kept[0], sources)):
-            parts, pinned = [], []
+        if kept is None or len(kept[0]) != len(sources) or any(
+                a is not b for a, b in zip(kept[0], sources, strict=True)):
+            parts: list[tuple] = []
+            pinned: list[Any] = []
             for source in sources:
                 state = _source_state(source)
                 if source.scheme() == "structured":
