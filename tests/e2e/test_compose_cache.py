@@ -69,3 +69,23 @@ def test_a_config_file_changed_on_disk_is_read_again(tmp_path):
     (conf / "config.yaml").write_text("a: 22\n")  # another size: another key
     second = _composed(conf, [])
     assert "a: 1\n" in first and "a: 22\n" in second
+
+
+def test_a_kept_composition_gets_hydras_now_evaluated_again():
+    """Merging resolves Hydra's `${now:...}` into the config's resolver cache: a kept merge must not carry
+    the first composition's time (here `now` counts its calls, registered as Hydra registers it)."""
+    calls = []
+
+    def now(pattern: str) -> str:
+        calls.append(pattern)
+        return f"{pattern}#{len(calls)}"
+
+    caches = []
+    for _ in range(2):
+        register_configs()
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            OmegaConf.register_new_resolver("now", now, use_cache=True, replace=True)
+            cfg = compose("config", overrides=["deployment=naive_hetero"], return_hydra_config=True)
+            caches.append(dict(OmegaConf.get_cache(cfg).get("now", {})))
+    assert caches[0] and caches[1] and caches[0].keys() == caches[1].keys()
+    assert not set(caches[0].values()) & set(caches[1].values())  # evaluated again, not copied
