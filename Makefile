@@ -27,11 +27,12 @@ plan: $(STAMP)
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
 
-# One worker per core plus a waiting lane: the last worker runs only the modules that mostly wait on
-# servers, timers and a Ray head, so the cores stay busy through those waits (tests/conftest.py picks
-# the modules and the worker). Module-scoped fixtures stay on one worker (--dist loadscope), modules
-# handed out longest first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# One worker per core plus a waiting lane and an engine lane: the last worker runs only the modules that
+# mostly wait on servers, timers and a Ray head, the one before it only the real engine's, so the cores
+# stay busy through those waits (tests/conftest.py picks the modules and the workers). Module-scoped
+# fixtures stay on one worker (--dist loadscope), modules handed out longest first (tests/conftest.py
+# orders them; --no-loadscope-reorder keeps that order).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 # Bytecode cached under .venv/pycache (never in the source tree), also when PYTHONDONTWRITEBYTECODE is set:
 # the suite starts ~100 Pythons (CLI runs, sweep workers) that would each recompile the harness, and each

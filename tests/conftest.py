@@ -1,5 +1,5 @@
-"""Suite-wide: the order xdist hands modules to its workers (`make test`: `-n 2 --dist loadscope
---no-loadscope-reorder`).
+"""Suite-wide: the order xdist hands modules to its workers (`make test`: `-n <cores + 2> --dist loadscope
+--no-loadscope-reorder`), and Hydra compositions kept per test process (`_cache_compositions`).
 
 loadscope keeps a module on one worker (its module fixtures run once) and hands modules out in
 collection order as workers free up. xdist's default reorder sorts modules by test count, which sends
@@ -11,12 +11,17 @@ The order changes when a test runs, never what it checks.
 Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadscope` only):
 - The real engine's three modules are one unit: one worker, so one engine server for the session and
   never two at once (two would start twice and time each other's probes on a shared CPU).
-- With more workers than cores (`make test` starts cores + 1), the last worker is a waiting lane: it
+- With more workers than cores (`make test` starts cores + 2), the last worker is a waiting lane: it
   runs only the modules in WAITING, which spend most of their wall time waiting on servers, timers and
   a Ray head (measured alone, CPU seconds over wall seconds: 12-58%), while the other workers, one per
   core, run everything else. The cores stay busy through those waits, and the CPU-bound work runs no
   wider than the machine (on a loaded machine a third CPU-bound worker only adds contention). When the
   lane's queue is empty it stops; a core worker with nothing left takes a waiting module still queued.
+- With two workers beyond the cores, the one before the waiting lane is the engine lane: it runs the
+  engine's unit alone and stops (the engine mostly waits too: ~30 s of the single-threaded server's
+  CPU over its ~70 s). On a core worker the engine held that core a third used for 70 s; in the waiting
+  lane it would run after the lane's ~75 s of modules, not beside them. With one extra worker the
+  engine's unit goes to a core worker, first.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import gc
 import importlib.util
 import io
 import os
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,6 +114,192 @@ def _cache_yaml_parses() -> None:
 _cache_yaml_parses()
 
 
+def _source_state(source: Any) -> tuple:
+    """What a config source's configs are made of: a directory's files (path, mtime, size; a file
+    rewritten in place changes its key), the ConfigStore's nodes (by identity: storing a node again
+    changes the key), a package's own path (installed files)."""
+    scheme = source.scheme()
+    if scheme == "file":
+        files = []
+        for folder, _dirs, names in os.walk(source.path, followlinks=True):
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    stat = os.stat(path)
+                except OSError:
+                    continue
+                files.append((path, stat.st_mtime_ns, stat.st_size))
+        return (scheme, source.provider, source.path, os.path.isdir(source.path), tuple(sorted(files)))
+    if scheme == "structured":
+        from hydra.core.config_store import ConfigStore
+
+        nodes: list[Any] = []
+
+        def walk(tree: dict, prefix: str) -> None:
+            for name, value in tree.items():
+                if isinstance(value, dict):
+                    walk(value, f"{prefix}{name}/")
+                else:
+                    nodes.append((f"{prefix}{name}", value))
+
+        walk(ConfigStore.instance().repo, "")
+        return (scheme, source.provider, source.path, tuple((name, id(node)) for name, node in nodes)), nodes
+    return (scheme, source.provider, source.path)
+
+
+def _kept(obj: Any) -> tuple[bool, Any]:
+    """What a cache keeps of `obj`: its pickle (a copy made by unpickling costs about half a deep copy of
+    an OmegaConf tree), or a deep copy of it when it does not pickle."""
+    try:
+        return True, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False, copy.deepcopy(obj)
+
+
+def _copy(kept: tuple[bool, Any]) -> Any:
+    pickled, value = kept
+    return pickle.loads(value) if pickled else copy.deepcopy(value)
+
+
+def _cache_compositions() -> None:
+    """A Hydra composition (~0.13 s of CPU) is ~45% its defaults list (configs found, loaded, their
+    defaults expanded) and ~45% merging the listed configs into one; the tests compose ~340 times
+    in-process, many with the same inputs. Here the defaults list, the merge and each config file's load
+    keep their result per process, keyed on everything they read: the config sources (each file's path,
+    mtime and size; the ConfigStore's nodes), the primary config's name, the group choices among the
+    overrides, the version base. A hit returns a copy (unpickled: ~3 ms for a whole config, flags,
+    types and parents as made) of what the step returned the first time; Hydra's `${now:...}` values
+    that merging resolved are evaluated again. All the rest of a composition runs as always (overrides
+    applied, `hydra.runtime`, `hydra.job`, struct flags), so errors, overrides and the returned objects
+    are Hydra's own: a miss ~0.08 s, a hit ~0.01 s. A step that raises keeps nothing (the next call
+    raises again, the same way). tests/e2e/test_compose_cache.py checks all of it against a process
+    without this cache. Commands run in subprocesses are untouched."""
+    import hydra._internal.config_loader_impl as loader
+    from hydra import version
+
+    create_defaults_list = loader.create_defaults_list
+    compose_from_defaults = loader.ConfigLoaderImpl._compose_config_from_defaults_list
+    lists: dict[tuple, Any] = {}
+    composed: dict[tuple, Any] = {}
+    counts = {"defaults lists": [0, 0], "compositions": [0, 0]}  # [made, reused]: tools/suite_timeline.py
+
+    def sources_key(repo: Any) -> tuple:
+        """The key of `repo`'s sources as they are now (hydra adds the primary config's search path to a
+        repository after loading that config: a new list of sources, a new key)."""
+        sources = tuple(repo.get_sources())
+        kept = getattr(repo, "_suite_sources", None)
+        if kept is None or len(kept[0]) != len(sources) or any(
+                a is not b for a, b in zip(kept[0], sources, strict=True)):
+            parts: list[tuple] = []
+            pinned: list[Any] = []
+            for source in sources:
+                state = _source_state(source)
+                if source.scheme() == "structured":
+                    state, nodes = state
+                    pinned.append(nodes)  # the nodes stay alive with the entry: their ids are not reused
+                parts.append(state)
+            kept = (sources, (tuple(parts), str(version.getbase())), pinned)
+            repo._suite_sources = kept
+        return kept[1]
+
+    def pinned(repo: Any) -> Any:
+        return repo._suite_sources[2]
+
+    def config_overrides(repo: Any, overrides_list: list) -> list | None:
+        """The overrides that set config values (not a group's choice), as hydra's `Overrides` sorts
+        them; None when that is not plain (a sweep, an override whose value does not evaluate)."""
+        try:
+            if any(o.is_sweep_override() for o in overrides_list):
+                return None
+            return [o for o in overrides_list if isinstance(o.value(), dict) or not repo.group_exists(o.key_or_group)]
+        except Exception:  # hydra raises its own error for it
+            return None
+
+    def cached_defaults_list(repo: Any, config_name: Any, overrides_list: list, prepend_hydra: bool,
+                             skip_missing: bool) -> Any:
+        """The defaults list depends on the group choices alone; the overrides that set config values
+        only ride along in it (`config_overrides`, applied after composing): they are not in the key, and
+        a reused list carries this call's own. A list is kept only when hydra sorted the overrides as
+        `config_overrides` did."""
+        values = config_overrides(repo, overrides_list)
+        if values is None:
+            return create_defaults_list(repo=repo, config_name=config_name, overrides_list=overrides_list,
+                                        prepend_hydra=prepend_hydra, skip_missing=skip_missing)
+        choices = tuple(o.input_line for o in overrides_list if not any(o is v for v in values))
+        key = (sources_key(repo), config_name, choices, prepend_hydra, skip_missing)
+        if key not in lists:
+            result = create_defaults_list(repo=repo, config_name=config_name, overrides_list=overrides_list,
+                                          prepend_hydra=prepend_hydra, skip_missing=skip_missing)
+            if [id(o) for o in result.config_overrides] == [id(o) for o in values]:
+                lists[key] = (_kept(result), pinned(repo))
+            counts["defaults lists"][0] += 1
+            return result
+        counts["defaults lists"][1] += 1
+        result = _copy(lists[key][0])
+        result.config_overrides = result.overrides.config_overrides = values
+        return result
+
+    def cached_compose(self: Any, defaults: list, repo: Any) -> Any:
+        """Merging the listed configs resolves Hydra's `${now:...}` (its default run and sweep dirs) into
+        the merged config's resolver cache, at that moment: a reused merge gets those entries evaluated
+        again, now, by the `now` resolver registered now. A merge whose cache holds another resolver's
+        values is not kept."""
+        key = (sources_key(repo), tuple((d.config_path, d.parent, d.package, d.is_self, d.primary, d.override_key)
+                                        for d in defaults))
+        if key not in composed:
+            result = compose_from_defaults(self, defaults=defaults, repo=repo)
+            if set(result._metadata.resolver_cache) <= {"now"}:
+                composed[key] = (_kept(result), pinned(repo))
+            counts["compositions"][0] += 1
+            return result
+        counts["compositions"][1] += 1
+        result = _copy(composed[key][0])
+        cache = result._metadata.resolver_cache
+        if cache.get("now"):
+            from omegaconf.basecontainer import BaseContainer
+
+            stale, cache["now"] = cache["now"], {}
+            for args in stale:  # plain strings (patterns): `now` takes no other arguments
+                BaseContainer._resolvers["now"](result, result, result, args, args)
+        return result
+
+    # One config file (or ConfigStore node) loaded, its defaults list read: kept per sources and path.
+    from hydra._internal.config_repository import ConfigRepository
+
+    load_config = ConfigRepository.load_config
+    loaded: dict[tuple, Any] = {}
+
+    def cached_load(self: Any, config_path: str) -> Any:
+        key = (sources_key(self), config_path)
+        if key not in loaded:
+            result = load_config(self, config_path)
+            if result is None or not result.config._metadata.resolver_cache:  # nothing resolved yet (see above)
+                loaded[key] = (_kept(result), pinned(self))
+            return result
+        return _copy(loaded[key][0])
+
+    ConfigRepository.load_config = cached_load
+    loader.create_defaults_list = cached_defaults_list
+    cached_defaults_list.counts = counts  # type: ignore[attr-defined]
+    loader.ConfigLoaderImpl._compose_config_from_defaults_list = cached_compose
+
+    # Each composition first deep-copies the config repository (its sources get set up on the copy),
+    # the ConfigStore included: all its schemas, ~40% of what a cached composition costs. The store is
+    # only read through the copy (each load deep-copies the node it returns), so the copy shares it.
+    from hydra._internal.config_repository import CachingConfigRepository
+    from hydra.core.config_store import ConfigStore
+
+    def init(self: Any, delegate: Any) -> None:
+        store = ConfigStore.instance()
+        self.delegate = copy.deepcopy(delegate, {id(store): store})
+        self.cache = {}
+
+    CachingConfigRepository.__init__ = init
+
+
+_cache_compositions()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """At each module's first test, what is alive (modules, collected items, session fixtures) leaves the
@@ -153,6 +345,7 @@ WAITING = frozenset({
     "tests/integration/test_overload.py",               # 0.9 / 5.8
     "tests/integration/test_sim_live_agreement.py",     # 1.3 / 4.8
     "tests/integration/test_fault_targets.py",          # 0.8 / 2.8
+    "tests/e2e/test_cli_zygote.py",                     # 2.8 / 6.3: a command timed out, a zygote started
     "tests/unit/loadgen/test_loadgen_client.py",        # 0.5 / 1.6
     "tests/unit/live/test_live_app.py",                 # 0.1 / 1.4
     "tests/unit/live/test_live_server_surface.py",      # 0.0 / 0.6
@@ -175,9 +368,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class LaneScheduling(LoadScopeScheduling):
-        """loadscope, with ONE_UNIT directories as one unit and a waiting lane (see the module docstring)."""
+        """loadscope, with ONE_UNIT directories as one unit, a waiting lane and an engine lane (see the
+        module docstring)."""
 
         _lane: str | None = None
+        _engine_lane: str | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             for prefix in ONE_UNIT:
@@ -186,18 +381,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return super()._split_scope(nodeid)
 
         def schedule(self) -> None:
-            if self.collection is None and len(self.nodes) > _cores():  # the first call: every worker is up
-                self._lane = max((node.gateway.id for node in self.nodes), key=lambda gw: int(gw.lstrip("gw")))
+            if self.collection is None:  # the first call: every worker is up
+                extra = sorted((node.gateway.id for node in self.nodes), key=lambda gw: int(gw.lstrip("gw")))
+                extra = extra[_cores():]
+                if extra:
+                    self._lane = extra[-1]
+                if len(extra) > 1:
+                    self._engine_lane = extra[-2]
             super().schedule()
 
         def _next_scope(self, node) -> str | None:
             if not self.workqueue:
                 return None
+            if node.gateway.id == self._engine_lane:
+                return next((scope for scope in self.workqueue if scope in ONE_UNIT), None)
             waits = node.gateway.id == self._lane
             for scope in self.workqueue:
+                if self._engine_lane is not None and scope in ONE_UNIT:
+                    continue  # the engine lane's
                 if (scope in WAITING) == waits:
                     return scope
-            return None if waits else next(iter(self.workqueue))
+            if waits:
+                return None
+            return next((scope for scope in self.workqueue
+                         if self._engine_lane is None or scope not in ONE_UNIT), None)
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
@@ -205,11 +412,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
                 return
             self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)  # pops the first unit: this one
+            if node.gateway.id == self._engine_lane:
+                node.shutdown()  # the engine's modules and nothing else: it runs them and stops
 
         def _reschedule(self, node) -> None:
-            if (node.gateway.id == self._lane and not node.shutting_down and self.workqueue
-                    and self._next_scope(node) is None):
-                node.shutdown()  # nothing left that waits: it finishes what it holds, the cores have the rest
+            if not node.shutting_down and self.workqueue and self._next_scope(node) is None:
+                node.shutdown()  # nothing left for it (a lane: nothing that waits): it finishes what it holds
                 return
             super()._reschedule(node)
 

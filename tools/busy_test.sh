@@ -13,7 +13,8 @@ for _ in $(seq "${BURNERS:-2}"); do
   burners+=($!)
 done
 echo "busy_test: ${#burners[@]} CPU burners running (pids ${burners[*]})"
-# Without PYTEST_XDIST (run directly, not by make): make test's workers, one per core plus the waiting lane.
-workers=$(( $(nproc) + 1 ))
+# Without PYTEST_XDIST (run directly, not by make): make test's workers, one per core plus the waiting
+# and engine lanes.
+workers=$(( $(nproc) + 2 ))
 # shellcheck disable=SC2086  # the xdist options are words
 "$PY" -m pytest -q ${PYTEST_XDIST:--n $workers --dist loadscope --no-loadscope-reorder} "$@"
