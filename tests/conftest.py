@@ -297,7 +297,21 @@ def _cache_compositions() -> None:
     CachingConfigRepository.__init__ = init
 
 
-_cache_compositions()
+# The cache wraps Hydra's and OmegaConf's internals as these releases have them (read for it); with any
+# other release the suite composes as Hydra does, uncached (slower, the same results).
+_COMPOSE_CACHE_FOR = {"hydra": ("1.3.",), "omegaconf": ("2.3.",)}
+
+
+def _compose_cache_applies() -> bool:
+    import hydra
+    import omegaconf
+
+    return (hydra.__version__.startswith(_COMPOSE_CACHE_FOR["hydra"])
+            and omegaconf.__version__.startswith(_COMPOSE_CACHE_FOR["omegaconf"]))
+
+
+if _compose_cache_applies():
+    _cache_compositions()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -185,18 +185,22 @@ def test_the_sweep_callbacks_have_no_per_job_hooks():
             assert getattr(cls, hook) is getattr(Callback, hook), (cls.__name__, hook)
 
 
-def _running_jobs(pgid: int) -> int:
-    """Ray worker processes of the head's group that are executing a sweep job right now."""
-    count = 0
+def _ray_workers(pgid: int) -> dict[int, bytes]:
+    """Ray worker processes of the head's group (pid -> command line: `ray::IDLE`, `ray::_run_job`, or the
+    worker script while it starts)."""
+    workers = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if os.getpgid(int(proc.name)) == pgid and (proc / "cmdline").read_bytes().startswith(b"ray::_run_job"):
-                count += 1
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            cmdline = (proc / "cmdline").read_bytes()
         except (OSError, ProcessLookupError):
             continue
-    return count
+        if cmdline.startswith(b"ray::") or b"default_worker.py" in cmdline:
+            workers[int(proc.name)] = cmdline
+    return workers
 
 
 def test_a_ray_sweep_killed_midway_leaves_its_finished_runs_reportable(ray_head, tmp_path):
@@ -214,6 +218,7 @@ def test_a_ray_sweep_killed_midway_leaves_its_finished_runs_reportable(ray_head,
         f"hydra.launcher.ray.init.address={address}",
         f"hydra.sweep.dir={out}",
     ]
+    before = set(_ray_workers(pgid))  # the head's workers from earlier sweeps (none of this one's)
     driver = subprocess.Popen([sys.executable, "-m", "harness", "-m", *args], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -227,10 +232,14 @@ def test_a_ray_sweep_killed_midway_leaves_its_finished_runs_reportable(ray_head,
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 60  # Ray kills a dead driver's running tasks; wait for that before counting
-    while _running_jobs(pgid) and time.monotonic() < deadline:
+    # Ray ends a dead driver's workers (each job has its own: max_calls=1); wait until every worker started for
+    # this sweep is gone before counting, so no job (one still starting when the driver died included) can
+    # finish after the count. Waiting on `ray::_run_job` titles alone missed a worker handed its job as the
+    # driver died, before it took that title (it finished after the count: 1 run in ~7 full suites).
+    deadline = time.monotonic() + 60
+    while (left := set(_ray_workers(pgid)) - before) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _running_jobs(pgid) == 0
+    assert not left, f"Ray workers of the killed sweep still alive after 60 s: {sorted(left)}"
     done = sorted(p.parent.name for p in out.glob("*/summary.parquet"))
     assert 1 <= len(done) < n_runs  # killed midway: some runs finished, some never did
     assert not (out / "report.parquet").exists()  # the report callback never ran
