@@ -334,8 +334,6 @@ class ValidateCallback(Callback):
 
     # -- around each job ----------------------------------------------------------------------
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.runs.assemble import run_into
-
         fraction = float(config.experiment.load_fraction)
         index = len(self.runs)
         cfg = _task_cfg(config)
@@ -345,13 +343,7 @@ class ValidateCallback(Callback):
             cfg.target.name = "engine"
             cfg.loadgen.progress = False
             cfg.analysis.figures = False
-        out = self.sweep_dir / "engine" / f"load{index}"
-        out.mkdir(parents=True, exist_ok=True)
-        self._reset_slots(config)
-        try:
-            run_into(cfg, out)
-        except Exception as err:
-            self._abort(f"error: the engine run at {fraction:g} of capacity failed: {type(err).__name__}: {err}", 1)
+        out = self._engine_pass(config, cfg, f"load{index}", f"run at {fraction:g} of capacity")
         run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
                "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
         if bool(config.experiment.get("repeat_engine", False)):
@@ -360,14 +352,7 @@ class ValidateCallback(Callback):
             rcfg = copy.deepcopy(cfg)
             with open_dict(rcfg):
                 rcfg.workload.id_offset = int(rcfg.workload.id_offset) + REPEAT_ID_SHIFT
-            again = self.sweep_dir / "engine" / f"load{index}_repeat"
-            again.mkdir(parents=True, exist_ok=True)
-            self._reset_slots(config)
-            try:
-                run_into(rcfg, again)
-            except Exception as err:
-                self._abort(f"error: the engine's repeat run at {fraction:g} of capacity failed: "
-                            f"{type(err).__name__}: {err}", 1)
+            again = self._engine_pass(config, rcfg, f"load{index}_repeat", f"repeat run at {fraction:g} of capacity")
             run["repeat_dir"] = str(again)
         if self.rounds and bool(config.experiment.recalibrate):
             # Probes again after this load; the emulator's run for it uses the probes that bracket it
@@ -377,6 +362,19 @@ class ValidateCallback(Callback):
             self._fit(config, self.rounds[-2:], tag)
             run["profile"] = tag
         self.runs.append(run)
+
+    def _engine_pass(self, config: DictConfig, cfg: DictConfig, name: str, what: str) -> Path:
+        """One run of the engine (url mode) into `<sweep>/engine/<name>`, its slots reset first."""
+        from harness.runs.assemble import run_into
+
+        out = self.sweep_dir / "engine" / name
+        out.mkdir(parents=True, exist_ok=True)
+        self._reset_slots(config)
+        try:
+            run_into(cfg, out)
+        except Exception as err:
+            self._abort(f"error: the engine's {what} failed: {type(err).__name__}: {err}", 1)
+        return out
 
     def _reset_slots(self, config: DictConfig) -> None:
         """`experiment.reset_slots`: before an engine run, its slots least recently used in the order the
