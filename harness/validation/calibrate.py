@@ -41,6 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 from harness.costmodel.curves import PiecewiseLinear, Polynomial
+from harness.deploy.aggregated_instance import padded_tokens
 from harness.deploy.slot_layout import decode_cost
 
 PREFILL_KINDS = ("table", "polynomial")
@@ -233,8 +234,6 @@ def fit_wake(rounds: list[dict[str, list]], t: Callable[[float], float],
 def tiled(t: Callable[[float], float], n: int, tile_fill: float, tile_tokens: int, ubatch_tokens: int) -> float:
     """T(n) of a fresh prompt with its partial attention tile: T(n) + f x (T(n') - T(n)), n' the rows the engine
     computes (`aggregated_instance.padded_tokens`), as the aggregated instance charges it."""
-    from harness.deploy.aggregated_instance import padded_tokens
-
     base = t(n)
     if not tile_fill or not tile_tokens:
         return base
@@ -248,8 +247,6 @@ def fit_tile(rounds: list[dict[str, list]], t: Callable[[float], float], *, tile
     (n0 = n - n mod tile; the curve T where n0 was not probed): excess = y(n) - y(n0) - (T(n) - T(n0)), what n
     costs beyond the curve's step from n0, against the empty rows' work T(n') - T(n) (`padded_tokens`);
     relative least squares over the per-length medians, f in [0, 1]. (0, []) without such probes."""
-    from harness.deploy.aggregated_instance import padded_tokens
-
     pre = prefill_rows(rounds)
     base = _by_length(pre, "fit", overhead)
     rows = []
