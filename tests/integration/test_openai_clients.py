@@ -53,8 +53,10 @@ def test_streaming_completion_with_usage(client):
     chunks = list(stream)
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text.split() == ["the"] * 9
-    # A chunk per token at most: a handler that wakes late sends every token produced by then.
-    assert 2 <= len([c for c in chunks if c.choices]) <= 9
+    # A chunk per token at most. How many, on the wall clock, depends on when the handler wakes: one that
+    # wakes late sends every token produced by then, all 9 in one chunk on a busy machine (seen beside two CPU
+    # burners). The chunking itself is tested on an injected clock (tests/unit/live/test_live_app.py, StepEngine).
+    assert 1 <= len([c for c in chunks if c.choices]) <= 9
     assert chunks[-1].usage.completion_tokens == 9 and chunks[-1].usage.prompt_tokens == 7
 
 
