@@ -67,7 +67,7 @@ def test_the_host_cache_evicts_its_oldest_entries_past_its_size(host_tokens, reu
     assert table.reused_tokens == reused
 
 
-def test_a_request_sharing_a_prompt_held_only_by_a_busy_slot_computes_it_again(profile):
+def test_a_request_sharing_a_prompt_held_only_by_a_busy_slot_computes_it_again(profile):  # noqa: F811
     """R1 (shared prompt + its own) decodes for long; R2 ends; R3 shares R1's prompt while R1 is busy: the engine
     finds it in no idle slot and no host entry, so R3 computes all 700 tokens (the block pool found 512). After
     R1 ends, R4 finds its prompt in R1's idle slot."""
