@@ -40,6 +40,10 @@ validate_engine calibration. `slot_order` (needs slot_layout; default null: neve
 `tile_tokens` / `tile_fill` (default 0 / 0: off): an engine that computes attention in query tiles of
 `tile_tokens` rows pads a prompt's partial last tile, which costs `tile_fill` of the empty rows' work
 (`aggregated_instance.padded_tokens`); measured by the validate_engine calibration from off-tile probes.
+`slot_prompt_cache` (needs slot_layout; default false: the block pool below): a request's cached prefix is
+what llama-server finds in the slot it takes, its own prompt or a host-memory prompt-cache entry restored into
+it (and so taken out of that cache), of at most `host_cache_mib` (--cache-ram; null: unbounded) over the KV
+bytes per token (`slot_layout.SlotTable`).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ LOCAL = "local"
 KEYS = ("name", "builder", "hardware", "gpus_per_instance", "instances", "slots", "chunk_tokens",
         "prefix_shared_after", "prefix_attention", "wake_s", "wake_after_s", "mixed_prompt_factor",
         "separate_passes", "slot_layout", "slot_similarity", "ubatch_tokens", "cache_save_token_s", "slot_order",
-        "tile_tokens", "tile_fill")
+        "tile_tokens", "tile_fill", "slot_prompt_cache", "host_cache_mib")
 SHARED_AFTER = ("prefill", "finish")
 
 
@@ -79,7 +83,8 @@ class AggregatedDeployment:
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
                  ubatch_tokens: int = UBATCH_TOKENS, cache_save_token_s: float = 0.0,
-                 slot_order: list[int] | None = None, tile_tokens: int = 0, tile_fill: float = 0.0) -> None:
+                 slot_order: list[int] | None = None, tile_tokens: int = 0, tile_fill: float = 0.0,
+                 slot_prompt_cache: bool = False, host_cache_mib: float | None = None) -> None:
         self.name = name
         self.shared_after = shared_after
         self.mode = mode
@@ -93,7 +98,9 @@ class AggregatedDeployment:
                                mixed_prompt_factor=mixed_prompt_factor, separate_passes=separate_passes,
                                slot_layout=slot_layout, slot_similarity=slot_similarity, ubatch_tokens=ubatch_tokens,
                                block_tokens=block_tokens, cache_save_token_s=cache_save_token_s, slot_order=slot_order,
-                               tile_tokens=tile_tokens, tile_fill=tile_fill)
+                               tile_tokens=tile_tokens, tile_fill=tile_fill, slot_prompt_cache=slot_prompt_cache,
+                               host_cache_tokens=(None if host_cache_mib is None
+                                                  else host_cache_mib * 2**20 / max(profile.kv_bytes_per_token, 1.0)))
             for i in range(instances)]
         self.pools = {inst.name: HybridCachePool(block_tokens=block_tokens,
                                                  kv_bytes_per_token=profile.kv_bytes_per_token,
@@ -247,6 +254,12 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
     require(isinstance(fill, (int, float)) and 0.0 <= fill <= 1.0,
             f"{where}.tile_fill must be a number in [0, 1] (share of a full tile's work a partial one costs), "
             f"got {fill!r}")
+    slot_cache = dep.get("slot_prompt_cache", False)
+    require(isinstance(slot_cache, bool), f"{where}.slot_prompt_cache must be true or false, got {slot_cache!r}")
+    require(not slot_cache or layout, f"{where}.slot_prompt_cache needs slot_layout: true (the slots it reads)")
+    host_mib = dep.get("host_cache_mib")
+    require(host_mib is None or (isinstance(host_mib, (int, float)) and host_mib >= 0),
+            f"{where}.host_cache_mib must be null (unbounded) or a number >= 0 (MiB), got {host_mib!r}")
     require(dep.get("hardware") is not None, f"{where}.hardware is missing (its name selects model.profiles.<name>)")
     profile = build_profile(cfg.model, dep["hardware"], gpus_per_instance=int(dep.get("gpus_per_instance", 1)))
     instances = int(dep.get("instances", 1))
@@ -259,6 +272,7 @@ def build_aggregated(cfg: DictConfig, clock: Clock, mode: str = "sim"):
         wake_s=float(dep.get("wake_s", 0.0)), wake_after_s=float(dep.get("wake_after_s", 0.0)),
         mixed_prompt_factor=float(mixed), separate_passes=separate, slot_layout=layout,
         slot_similarity=float(similarity), ubatch_tokens=int(ubatch), cache_save_token_s=float(save),
-        slot_order=None if order is None else [int(s) for s in order], tile_tokens=int(tile), tile_fill=float(fill))
+        slot_order=None if order is None else [int(s) for s in order], tile_tokens=int(tile), tile_fill=float(fill),
+        slot_prompt_cache=slot_cache, host_cache_mib=None if host_mib is None else float(host_mib))
     # Built names the PD Deployment; this one offers the same attributes run_sim and the series read.
     return Built(cast("Deployment", deployment), None, None, 0, 0, instances)

@@ -46,6 +46,12 @@ the empty rows: `m(c, k) + f * (m(c, k') - m(c, k))`, k' = k with its last ubatc
 up to whole tiles (`padded_tokens`). Prompts whose lengths are whole tiles (the usual probe grid) pay nothing
 more; 0 (default): not modelled.
 
+With `slot_layout` and `slot_prompt_cache` a request's cached prefix is what the engine finds in the slot it
+takes, as llama-server finds it (`slot_layout.SlotTable`, prompt_cache): the slot's own prompt, or an entry of
+the host-memory prompt cache restored into it, which leaves that cache; not the deployment's block pool, which
+finds any prefix computed before. While every copy of a shared prompt sits in a busy slot, a request that
+shares it computes it again.
+
 A request arriving at an instance that sat idle for at least `wake_after_s` waits `wake_s` more
 before its first step (an engine woken from idle runs its first pass slower than a busy one).
 
@@ -100,7 +106,8 @@ class AggregatedInstance:
                  wake_after_s: float = 0.0, mixed_prompt_factor: float = 1.0,
                  separate_passes: bool = False, slot_layout: bool = False, slot_similarity: float = SIMILARITY,
                  ubatch_tokens: int = UBATCH_TOKENS, block_tokens: int = 512, cache_save_token_s: float = 0.0,
-                 slot_order: Sequence[int] | None = None, tile_tokens: int = 0, tile_fill: float = 0.0) -> None:
+                 slot_order: Sequence[int] | None = None, tile_tokens: int = 0, tile_fill: float = 0.0,
+                 slot_prompt_cache: bool = False, host_cache_tokens: float | None = None) -> None:
         self.name = name
         self.clock = clock
         self.profile = profile
@@ -111,7 +118,8 @@ class AggregatedInstance:
         self.mixed_prompt_factor = mixed_prompt_factor  # prompt work beside decodes costs this much more
         self.separate_passes = separate_passes  # decodes and each prompt chunk: passes of their own
         # slot_layout: requests hold engine slots chosen by the engine's rule; decodes cost by ubatch
-        self.slots = (SlotTable(slots, similarity=slot_similarity, block_tokens=block_tokens, order=slot_order)
+        self.slots = (SlotTable(slots, similarity=slot_similarity, block_tokens=block_tokens, order=slot_order,
+                                prompt_cache=slot_prompt_cache, host_tokens=host_cache_tokens)
                       if slot_layout else None)
         self.ubatch_tokens = ubatch_tokens
         self.cache_save_token_s = cache_save_token_s  # slot_layout: a launch copies released slots' KV (serial)
@@ -189,6 +197,8 @@ class AggregatedInstance:
             if self.slots is not None:
                 slot = self.slots.pick(job.request.hash_ids, job.request.input_tokens)
                 launch += self.cache_save_token_s * self.slots.saved_tokens
+                if self.slots.prompt_cache:  # the engine reuses what this slot holds (after a host-cache restore)
+                    job.cached_tokens = job.cached_local_tokens = self.slots.reused_tokens
             self.running.append(_Seq(job, slot))
         if not self.running:
             self._timer = None

@@ -16,6 +16,16 @@ splitter (`llama_batch_allocr::split_equal`) in the llama-cpp-python 0.3.36 sdis
   on the server's one thread, between two steps. So each launch copies the tokens of the slots released
   since the launch before (a released slot holds its prompt + its output tokens - 1), except a slot
   the new task reuses by similarity.
+- Prefix reuse (`SlotTable(prompt_cache=True)`, `reused_tokens` after each pick): a task reuses only
+  what the slot it takes holds (the longest common prefix with the slot's tokens), after one restore
+  from the host cache: when the slot was taken by least recently used, or by similarity keeping under
+  half of the slot's tokens, the server saves the slot (`prompt_save`) and then loads the host entry with
+  the best common prefix (`server_prompt_cache::load`: an entry whose common prefix is under a quarter of
+  its own tokens is skipped, and it must beat the slot's own fraction kept and fraction of the new prompt,
+  both strictly, scanned oldest first) into the slot, MOVING it: the entry leaves the cache. A prefix held
+  only by busy slots, or restored into one, is therefore not found: at high load requests sharing a prompt
+  miss it while every copy is checked out. Entries are evicted oldest first past `host_tokens`
+  (--cache-ram over the KV bytes per token); at least one prompt token is always computed.
 - A step's batch: one token for each decoding slot in slot order, then each prompt's chunk in slot
   order. With per-slot KV (kv_unified off) the batch is split into ubatches by `split_equal(n_ubatch,
   sequential=true)`: a ubatch takes the first sequence with tokens left, then every later one in
@@ -35,6 +45,7 @@ third of the span) 9.1 / 9.6 ms (engine timings, two probe rounds, 11:22 UTC): a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity default
@@ -52,11 +63,31 @@ def common_prefix_tokens(a: Sequence[int], a_tokens: int, b: Sequence[int], b_to
     return min(j * block_tokens, a_tokens, b_tokens)
 
 
+KEEP_MIN = 0.25  # server_prompt_cache::load: "don't trash large prompts" (entries sharing less are skipped)
+
+
+class _Entry:
+    """A host prompt-cache entry: a slot's prompt (hash ids, tokens), the tokens it held, its content version."""
+
+    __slots__ = ("held", "ids", "tokens", "version")
+
+    def __init__(self, ids: tuple[int, ...], tokens: int, held: int, version: int) -> None:
+        self.ids, self.tokens, self.held, self.version = ids, tokens, held, version
+
+
 class SlotTable:
     """Which slot each admitted request holds, chosen as llama-server chooses it."""
 
     def __init__(self, slots: int, *, similarity: float = SIMILARITY, block_tokens: int = 512,
-                 order: Sequence[int] | None = None) -> None:
+                 order: Sequence[int] | None = None, prompt_cache: bool = False,
+                 host_tokens: float | None = None) -> None:
+        self.prompt_cache = prompt_cache  # prefix reuse from the slot and its host cache only (module doc)
+        self.host_tokens = math.inf if host_tokens is None else float(host_tokens)
+        self.host: list[_Entry] = []  # the host prompt cache, oldest first
+        self.version = [0] * slots  # the content each slot holds (a new one per task), to skip saving it twice
+        self._versions = 0
+        self.reused_tokens = 0  # prompt_cache: the prefix the last pick's task finds in its slot
+        self.restores = 0  # prompt_cache: tasks that took a host entry into their slot
         self.similarity = similarity
         self.block_tokens = block_tokens
         self.busy = [False] * slots
@@ -94,9 +125,52 @@ class SlotTable:
         for s in range(len(self.busy)):
             if not self.busy[s]:
                 self.unsaved[s] = 0
+        if self.prompt_cache:
+            self.reused_tokens = self._reuse(best, hash_ids, input_tokens, update=not reused)
         self.busy[best] = True
         self.cached[best] = (tuple(hash_ids), int(input_tokens))
+        if self.prompt_cache:
+            self._versions += 1
+            self.version[best] = self._versions
+            for s in range(len(self.busy)):  # --cache-idle-slots: every idle slot saved after the launch
+                if not self.busy[s]:
+                    self._save(s)
         return best
+
+    # -- the host prompt cache (prompt_cache) ----------------------------------------------------
+    def _save(self, slot: int) -> None:
+        """`prompt_save` -> `server_prompt_cache::alloc`: skip a slot holding nothing or what an entry holds
+        already; make room by evicting the oldest entries; an entry over the whole limit is not kept."""
+        held = self.held[slot]
+        if held <= 0 or held > self.host_tokens or any(e.version == self.version[slot] for e in self.host):
+            return
+        while self.host and sum(e.held for e in self.host) + held > self.host_tokens:
+            self.host.pop(0)
+        ids, tokens = self.cached[slot]
+        self.host.append(_Entry(ids, tokens, held, self.version[slot]))
+
+    def _reuse(self, slot: int, hash_ids: Sequence[int], input_tokens: int, *, update: bool) -> int:
+        """The prefix a task taking `slot` finds there (`update`: after saving the slot and loading the best
+        host entry into it, `server_prompt_cache::load`), at most all but one of its prompt tokens."""
+        ids, tokens = self.cached[slot]
+        lcp = common_prefix_tokens(ids, tokens, hash_ids, input_tokens, self.block_tokens) if tokens else 0
+        if update:
+            self._save(slot)
+            held = self.held[slot]
+            f_keep = lcp / held if held > 0 else -1.0
+            f_sim = lcp / input_tokens
+            best = None
+            for entry in self.host:
+                cur = common_prefix_tokens(entry.ids, entry.tokens, hash_ids, input_tokens, self.block_tokens)
+                keep = cur / entry.held
+                if keep < KEEP_MIN:
+                    continue
+                if f_keep < keep and f_sim < cur / input_tokens:
+                    f_keep, f_sim, best, lcp = keep, cur / input_tokens, entry, cur
+            if best is not None:  # moved into the slot: the cache no longer holds it
+                self.host.remove(best)
+                self.restores += 1
+        return max(0, min(lcp, input_tokens - 1))
 
     def release(self, slot: int, held_tokens: int = 0) -> None:
         """The slot's request ended holding `held_tokens` tokens (prompt + output - 1)."""
