@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/replay_validate.py SWEEP_DIR [SWEEP_DIR ...] [--fit-cache-save]
         [--slot-order engine] [--tile-tokens 64 [--tile-roles tile,holdout]] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/replay_validate.py SWEEP_DIR [...] --round-speed   # no emulator runs
 
 A sweep written by `benchmarks/bench_validate.py` (or `python -m harness -m experiment=validate_engine`)
 keeps every probe round (`calibration/<tag>/probes.json`), each load's engine run (`engine/load<i>`) and
@@ -24,6 +25,18 @@ offered; the capacity the refitted `start` round gives is printed for reference.
   held-out probes off the tiles: `--tile-roles holdout`, which then are no longer held out for the tile).
 - `--set deployment.KEY=VALUE`: any other override of the emulator's jobs (e.g. `deployment.slot_layout=false`);
   `--set experiment.calibration.KEY=VALUE` (e.g. `knots=[...]`) also applies to the refit.
+- `--round-speed`: instead of replaying, how fast each probe round ran against the profile its load's
+  prediction uses (the fit of the two rounds around it): per round the median over its decode probes of
+  the engine's step / the profile's step, over its fitted prefill probes of >= 128 tokens of prompt time /
+  the curve, and over its mixed probes (last in a round, so nearest the next engine run) of prompt time /
+  the mixed step at the fitted factor. With `--repeat` sweeps it prints beside them how much the engine's
+  own clock moved from a load's first run to its repeat on the same workload (summed `timings.prompt_ms`,
+  `predicted_ms` per decoded token): the first run follows the round before, the repeat precedes the
+  round after, so a probe round that saw the engine's speed level would shift with it (the decode shift also
+  carries the batch mix: a slower run queues more). On the three sweeps of 14:00-14:50 UTC, 1 Dec (the
+  README's, /tmp/bv22a-c) it did not: decode per token moved -8.5..+8.6% between first run and repeat, the
+  rounds' indices -8.3..+9.5% with it on the busy sweep but within +-3% on the two quiet ones (correlation
+  of the two shifts 0.49 over nine loads, -0.11 over the quiet sweeps' six).
 """
 
 from __future__ import annotations
@@ -84,6 +97,74 @@ def engine_slot_order(log: Path, engine_dir: Path, slots: int) -> list[int]:
     return sorted(range(slots), key=lambda s: (last.get(s, -1.0), -s))
 
 
+SPEED_MIN_PROMPT = 128  # --round-speed: shorter prefill probes are mostly the client overhead
+
+
+def round_speed(rd: dict, block: dict, state: dict, config) -> dict[str, float]:
+    """One probe round's speed indices against a fitted profile block (1.0: as the profile says; see
+    `--round-speed`). `state` is the callback's fitted state for that profile (client overhead, mixed factor)."""
+    import numpy as np
+
+    from harness.validation.calibrate import _decode_step, _time, mixed_parts, prefill_curve
+
+    step, curve = _decode_step(block), prefill_curve(block["prefill"])
+    overhead = state.get("client_overhead_s")
+    factor = float(state.get("mixed_prompt_factor", 1.0))
+    separate = bool(config.deployment.get("separate_passes", False))
+    layout = bool(config.deployment.get("slot_layout", False))
+    dec = [r["step_s"] / step(int(r["batch"]), float(r["context_tokens"])) for r in rd["decode"]]
+    pre = [_time(r, overhead) / curve(int(r["input_tokens"])) for r in rd["prefill"]
+           if r.get("role", "fit") == "fit" and int(r["input_tokens"]) >= SPEED_MIN_PROMPT]
+    mix = []
+    for r in rd.get("mixed", []):
+        base, work = mixed_parts(block, int(r["decoders"]), int(r.get("prompts", 1)), int(r["input_tokens"]),
+                                 separate=separate, layout=layout)
+        mix.append(_time(r, overhead) / (base + factor * work))
+
+    def med(v: list[float]) -> float:
+        v = [x for x in v if np.isfinite(x)]
+        return float(np.median(v)) if v else float("nan")
+
+    return {"decode": med(dec), "prefill": med(pre), "mixed": med(mix)}
+
+
+def engine_shift(first: Path, again: Path) -> dict[str, float]:
+    """The engine's own clock, repeat / first run - 1 on the same workload: summed prompt_ms, and
+    predicted_ms per decoded token after the first (measured on the validation workload: a diagnostic)."""
+    cols = ["engine_prompt_ms", "engine_predicted_ms", "engine_predicted_n", "error"]
+    a, b = (pd.read_parquet(d / "requests.parquet", columns=cols) for d in (first, again))
+    a, b = a[a["error"].isna()], b[b["error"].isna()]
+
+    def per_token(f: pd.DataFrame) -> float:
+        return float(f["engine_predicted_ms"].sum() / (f["engine_predicted_n"] - 1).clip(lower=1).sum())
+
+    return {"prefill": float(b["engine_prompt_ms"].sum() / a["engine_prompt_ms"].sum() - 1.0),
+            "decode": per_token(b) / per_token(a) - 1.0}
+
+
+def print_round_speed(sweep: Path, meta: dict, states: dict[str, dict], config) -> None:
+    tags = [r["tag"] for r in meta["calibration"]["rounds"]]
+    rounds = {t: json.loads((sweep / "calibration" / t / "probes.json").read_text()) for t in tags}
+    for i, run in enumerate(meta["runs"]):
+        tag = run["profile"]
+        if tag == "start":
+            print(f"load {i}: its prediction used the start round alone (no recalibration): nothing to compare")
+            continue
+        k = tags.index(f"after_{tag}")
+        state = states[tag]
+        block = next(iter(state["profiles"].values()))
+        idx = {t: round_speed(rounds[t], block, state, config) for t in (tags[k - 1], tags[k])}
+        line = "  ".join(f"{t}: decode x{v['decode']:.3f} prefill x{v['prefill']:.3f} mixed x{v['mixed']:.3f}"
+                         for t, v in idx.items())
+        print(f"load {i} (profile {tag}) probe rounds against it: {line}")
+        if run.get("repeat_dir"):
+            s = engine_shift(Path(run["engine_dir"]), Path(run["repeat_dir"]))
+            b, a = idx[tags[k - 1]], idx[tags[k]]
+            print(f"  engine's own clock, repeat vs first run: decode {s['decode']:+.1%}, prefill {s['prefill']:+.1%}; "
+                  f"round after vs round before: decode {a['decode'] / b['decode'] - 1:+.1%}, "
+                  f"prefill {a['prefill'] / b['prefill'] - 1:+.1%}, mixed {a['mixed'] / b['mixed'] - 1:+.1%}")
+
+
 def refit(sweep: Path, meta: dict, config, fit_cache_save: bool, tile_tokens: int | None = None,
           tile_roles: list[str] | None = None) -> dict[str, dict]:
     """The callback's own fit of each tag from the saved probe rounds: {tag: state}."""
@@ -105,6 +186,7 @@ def refit(sweep: Path, meta: dict, config, fit_cache_save: bool, tile_tokens: in
             use = [rounds[0]] if tag == "start" else rounds[k - 1:k + 1]
             call._fit(config, use, fit_tag)
             states[fit_tag] = dict(cb._STATE)
+            states[fit_tag]["client_overhead_s"] = call.meta.get("client_overhead_s", {}).get(fit_tag)
     return states
 
 
@@ -124,6 +206,8 @@ def main() -> int:
     parser.add_argument("--tile-tokens", type=int, default=None, help="deployment.tile_tokens (default: the sweep's)")
     parser.add_argument("--tile-roles", default=None, help="probe roles fit_tile uses, comma-separated (default tile)")
     parser.add_argument("--set", action="append", default=[], help="an override of the emulator's jobs")
+    parser.add_argument("--round-speed", action="store_true",
+                        help="print each probe round's speed against its load's profile (no emulator runs)")
     args = parser.parse_args()
     from harness.runs.assemble import run_into
 
@@ -138,6 +222,10 @@ def main() -> int:
                 if key.startswith("experiment.calibration."):
                     OmegaConf.update(first, key, yaml.safe_load(value), force_add=True)
         states = refit(sweep, meta, first, args.fit_cache_save, args.tile_tokens, roles)
+        if args.round_speed:
+            print(f"== {sweep}: probe rounds' speed against each load's refitted profile")
+            print_round_speed(sweep, meta, states, first)
+            continue
         print(f"== {sweep} (--fit-cache-save {args.fit_cache_save}, --slot-order {args.slot_order}, "
               f"--tile-tokens {args.tile_tokens} --tile-roles {args.tile_roles}, {' '.join(args.set)})")
         cb._STATE.clear()
