@@ -9,8 +9,8 @@ first (longest-processing-time-first), and the hundreds of short unit modules fi
 The order changes when a test runs, never what it checks.
 
 Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadscope` only):
-- The real engine's three modules are one unit: one worker, so one engine server for the session and
-  never two at once (two would start twice and time each other's probes on a shared CPU).
+- The real engine's three modules are one unit: one worker, so its two servers (the session's and the
+  validate_engine suite's own, tests/engine/conftest.py) start once each, not once per worker.
 - With more workers than cores (`make test` starts cores + 2), the last worker is a waiting lane: it
   runs only the modules in WAITING, which spend most of their wall time waiting on servers, timers and
   a Ray head (measured alone, CPU seconds over wall seconds: 12-58%), while the other workers, one per
@@ -18,10 +18,10 @@ Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadsco
   wider than the machine (on a loaded machine a third CPU-bound worker only adds contention). When the
   lane's queue is empty it stops; a core worker with nothing left takes a waiting module still queued.
 - With two workers beyond the cores, the one before the waiting lane is the engine lane: it runs the
-  engine's unit alone and stops (the engine mostly waits too: ~30 s of the single-threaded server's
-  CPU over its ~70 s). On a core worker the engine held that core a third used for 70 s; in the waiting
-  lane it would run after the lane's ~75 s of modules, not beside them. With one extra worker the
-  engine's unit goes to a core worker, first.
+  engine's unit alone and stops (alone: ~28 CPU s, servers and commands included, over ~30 s; it was
+  ~40 over ~70, mostly waits, before its designs shrank and the validate_engine suite ran beside the
+  other engine tests). In the waiting lane it would run after the lane's ~75 s of modules, not beside
+  them. With one extra worker the engine's unit goes to a core worker, first.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The validate_engine suite end to end on a tiny design against the engine fixture (bounded: ~1 min).
+"""The validate_engine suite end to end on a tiny design against an engine of its own (~25 s alone), run in
+the background beside the other engine tests (tests/engine/conftest.py `validate_run`).
 
 Checks the pipeline, not the accuracy (the machine is shared and noisy: benchmarks/bench_validate.py
 and the README report the full validation): one row per load x metric with the contract's columns,
@@ -10,13 +11,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experiment.saturation_concurrency=8",
+REQUESTS = 4  # per engine run: 4 runs (2 loads, each repeated) of Poisson arrivals, ~1-2 s each at these loads
+# Each pinned probe waits out its shared start (probes.PIN_LEAD_S): one decode prompt length (64; the long
+# probes give the fit its second context), the 512-token long probes, one layout and one mixed shape.
+TINY = [f"workload.num_requests={REQUESTS}", "experiment.load_fraction=0.5,1.0", "experiment.saturation_concurrency=8",
         "experiment.calibration.lengths=[64,256,512]", "experiment.calibration.repeats=1",
-        "experiment.calibration.batches=[1,2]", "experiment.calibration.decode_prompts=[64,256]",
+        "experiment.calibration.batches=[1,2]", "experiment.calibration.decode_prompts=[64]",
         "experiment.calibration.decode_tokens=24", "workload.output_lengths.high=32", "workload.output_lengths.mu=3.0",
         "workload.input_lengths.high=512", "workload.shared_prompt_tokens=512",
         "experiment.calibration.cached_prefixes=[256]", "experiment.calibration.cached_new=[64]",
@@ -29,13 +31,17 @@ TINY = ["workload.num_requests=8", "experiment.load_fraction=0.3,0.8", "experime
         "experiment.repeat_engine=true"]
 
 
-def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = cli_zygote.run(["-m", "harness", "-m", "experiment=validate_engine",  # forked: see tools/cli_zygote.py
-                           f"target.url={engine_url}", f"hydra.sweep.dir={sweep}",
-                           "hydra.sweep.subdir=${hydra.job.num}", *TINY],
-                          cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def suite_args(url: str, sweep: Path) -> list[str]:
+    """The command (after the interpreter) this test checks: `validate_run` in conftest.py runs it."""
+    return ["-m", "harness", "-m", "experiment=validate_engine", f"target.url={url}", f"hydra.sweep.dir={sweep}",
+            "hydra.sweep.subdir=${hydra.job.num}", *TINY]
+
+
+def test_validate_engine_suite_writes_one_row_per_load_and_metric(validate_run):
+    # started at the first engine test of the session, against a server of its own (see conftest.py)
+    code, _, stderr = validate_run.result(timeout=300)
+    assert code == 0, stderr[-3000:]
+    sweep = validate_run.out / "sweep"
     frame = pd.read_parquet(sweep / "validation.parquet")
     assert {"load_rps", "metric", "measured", "predicted", "rel_error"} <= set(frame.columns)
     metrics = {"throughput_rps", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s"}
@@ -76,7 +82,7 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(engine_url, tm
     for run in runs:
         eng = pd.read_parquet(Path(run["engine_dir"]) / "requests.parquet")
         sim = pd.read_parquet(Path(run["sim_dir"]) / "requests.parquet")
-        assert sorted(eng["input_tokens"]) == sorted(sim["input_tokens"]) and len(eng) == 8
+        assert sorted(eng["input_tokens"]) == sorted(sim["input_tokens"]) and len(eng) == REQUESTS
         assert eng["error"].isna().all()
     stamps = [Path(run[key]) / "summary.parquet" for run in runs for key in ("engine_dir", "sim_dir")]
     mtimes = [p.stat().st_mtime for p in stamps]
