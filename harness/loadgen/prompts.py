@@ -97,6 +97,13 @@ class PromptBuilder:
         return self._word_rows[self._slots(request)].tobytes()[:-1]
 
 
+@functools.lru_cache(maxsize=8)
+def shared_builder(block_tokens: int = 512, token_id_min: int = 1000, token_id_max: int = 30000) -> PromptBuilder:
+    """One PromptBuilder per (block, id range) in a process: building its tables costs ~60 ms of CPU,
+    and a builder never changes once built (calibration probes start a load-generator run per request)."""
+    return PromptBuilder(block_tokens, token_id_min, token_id_max)
+
+
 def _byte_rows(texts: list[str]) -> np.ndarray:
     """Equal-length ASCII strings -> a (len, width) uint8 matrix."""
     return np.frombuffer("".join(texts).encode(), dtype=np.uint8).reshape(len(texts), -1)

@@ -23,7 +23,7 @@ from harness.errors import InputError, require
 from harness.loadgen.client import OpenAIHttpTarget, auth_headers, discover_model
 from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.engine import LoadResult, run_load
-from harness.loadgen.prompts import PromptBuilder
+from harness.loadgen.prompts import shared_builder
 from harness.loadgen.records import RequestRecord
 from harness.loadgen.settings import plain_container
 from harness.loadgen.timescale import detect_time_scale
@@ -73,7 +73,7 @@ async def drive(requests: Sequence[Request], url: str, tcfg: Any, lg: Any, *, mo
     headers = auth_headers(tcfg.get("api_key"), dict(tcfg.get("headers") or {}))
     scale_source = "server.time_scale" if mode == "live" else "default"
     clock = MonotonicClock()
-    prompts = PromptBuilder(block_tokens, int(tcfg.token_id_min), int(tcfg.token_id_max))
+    prompts = shared_builder(block_tokens, int(tcfg.token_id_min), int(tcfg.token_id_max))
     connector = aiohttp.TCPConnector(limit=int(tcfg.max_connections), force_close=not tcfg.get("keep_alive", True))
     async with aiohttp.ClientSession(connector=connector) as session:
         if mode != "live":

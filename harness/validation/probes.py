@@ -99,11 +99,11 @@ class ProbeRound:
         """The requests together, each on its engine slot (llama.cpp's `id_slot`, through
         `target.extra_body`): one load-generator run per request, on one shared time origin a little
         ahead (each run's set-up, a model lookup, takes a while: requests meant to arrive together
-        must not be spread by it)."""
+        must not be spread by it; a lone request needs no shared origin and goes at once)."""
         from harness.loadgen.clock import MonotonicClock
         from harness.loadgen.run import client_rows, drive
 
-        start_ns = MonotonicClock().now_ns() + int(PIN_LEAD_S * 1e9)
+        start_ns = MonotonicClock().now_ns() + int(PIN_LEAD_S * 1e9) if len(requests) > 1 else None
 
         async def one(request: Request, slot: int) -> list[dict[str, Any]]:
             tcfg = copy.deepcopy(self.tcfg)
