@@ -4,8 +4,8 @@ configs swap in cleanly, and a tiny real threshold sweep runs through the Hydra 
 
 from __future__ import annotations
 
-import copy
 import json
+import pickle
 from pathlib import Path
 
 import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
@@ -25,17 +25,21 @@ REPORT = "harness.analysis.callback.ReportCallback"
 PLAN = "harness.plan.PlanCallback"
 
 
-_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
+_COMPOSED: dict[tuple[str, ...], bytes] = {}
 
 
-def compose_cfg(*overrides: str):
+def compose_cfg(*overrides: str) -> DictConfig:
     """Composed once per override list in this module (several tests compose `experiment=<name>`
-    alone); each caller gets its own copy."""
-    if overrides not in _COMPOSED:
-        register_configs()
-        with initialize_config_dir(config_dir=str(CONF), version_base=None):
-            _COMPOSED[overrides] = compose("config", overrides=list(overrides), return_hydra_config=True)
-    return copy.deepcopy(_COMPOSED[overrides])
+    alone); each caller gets its own copy: the composed config the first time, then one unpickled
+    from it (flags and parents as composed; ~2 ms against ~15 ms for a deep copy)."""
+    if overrides in _COMPOSED:
+        cfg: DictConfig = pickle.loads(_COMPOSED[overrides])
+        return cfg
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    _COMPOSED[overrides] = pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL)
+    return cfg
 
 
 def swept(cfg) -> dict[str, list[str]]:
