@@ -1,8 +1,10 @@
 """Exit statuses mean what they say in every command: 0 ok, 1 a failed check or a crash, 2 bad input,
 130 interrupted; each failure is one stderr line without a traceback.
 
-Crashes are injected with a `sitecustomize` module on PYTHONPATH that breaks one harness function in
-every process of the run, joblib workers included (HARNESS_TEST_CRASH names the function).
+Crashes are injected by breaking one harness function: in a command forked from the CLI zygote,
+tests/e2e/crash_hook.py replaces it before the command runs; in a parallel sweep, a `sitecustomize`
+module on PYTHONPATH replaces it in every process of the run, joblib workers included
+(HARNESS_TEST_CRASH names the function).
 """
 
 from __future__ import annotations
@@ -36,14 +38,18 @@ if target:
 
 def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
          timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m *argv`; `crash` (module.function) breaks that function in the command's process, or in
+    every process of the run when `tmp_path` (where the sitecustomize hook goes) is given too."""
     env = {**os.environ}
     env.pop("HYDRA_FULL_ERROR", None)
-    if crash is not None:
+    if crash is not None and tmp_path is None:
+        argv = ("tests.e2e.crash_hook", crash, *argv)
+    elif crash is not None:
         hook = tmp_path / "hook"
         hook.mkdir(exist_ok=True)
         (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
         env.update(HARNESS_TEST_CRASH=crash, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
-    # forked (tools/cli_zygote.py) unless a crash is injected: a hook on PYTHONPATH needs a new interpreter
+    # forked (tools/cli_zygote.py) unless the sitecustomize hook is on PYTHONPATH: that needs a new interpreter
     return cli_zygote.run(["-m", *argv], cwd=ROOT, env=env, timeout=timeout)
 
 
@@ -90,9 +96,22 @@ def test_an_unwritable_run_directory_is_exit_2(tmp_path):
     assert str(blocker) in _one_line(proc)
 
 
-def test_corrupt_parquet_is_exit_2_for_report_and_gate(tmp_path):
-    run_dir = tmp_path / "run"
-    assert _run("harness", *SMALL, f"hydra.run.dir={run_dir}").returncode == 0
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A finished run's directory, made once: tests copy it (`_copy_of`) and break the copy."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    proc = _run("harness", *SMALL, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_dir
+
+
+def _copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    """`run_dir` copied to <tmp_path>/run: the only run below tmp_path."""
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def test_corrupt_parquet_is_exit_2_for_report_and_gate(tmp_path, finished_run):
+    run_dir = _copy_of(finished_run, tmp_path)
     (run_dir / "summary.parquet").write_bytes(b"PAR1 this is not parquet")
     for argv in (["harness.report", str(tmp_path), "--no-figures", "--out", str(tmp_path / "report")],
                  ["harness.gate", str(tmp_path), "--gate", "conf/gates/paper_case.yaml"]):
@@ -139,7 +158,7 @@ def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
 
 def test_a_crash_is_exit_1_and_names_the_traceback_file(tmp_path):
     run_dir = tmp_path / "run"
-    proc = _run("harness", *SMALL, f"hydra.run.dir={run_dir}", crash="harness.runs.sim.run_sim", tmp_path=tmp_path)
+    proc = _run("harness", *SMALL, f"hydra.run.dir={run_dir}", crash="harness.runs.sim.run_sim")
     assert proc.returncode == 1, proc.stderr[-2000:]
     line = _one_line(proc)
     assert "crashed" in line and "ZeroDivisionError: injected crash" in line
@@ -158,11 +177,10 @@ def test_a_crash_in_a_parallel_sweep_is_exit_1_not_2(tmp_path):
     assert list(sweep.glob("*/traceback.txt"))
 
 
-def test_a_gate_crash_is_exit_1_and_says_it_crashed(tmp_path):
-    run_dir = tmp_path / "run"
-    assert _run("harness", *SMALL, f"hydra.run.dir={run_dir}").returncode == 0
+def test_a_gate_crash_is_exit_1_and_says_it_crashed(tmp_path, finished_run):
+    _copy_of(finished_run, tmp_path)
     proc = _run("harness.gate", str(tmp_path), "--gate", "conf/gates/paper_case.yaml",
-                crash="harness.analysis.gates.evaluate", tmp_path=tmp_path)
+                crash="harness.analysis.gates.evaluate")
     assert proc.returncode == 1 and "harness-gate crashed" in _one_line(proc)
 
 

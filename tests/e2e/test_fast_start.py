@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,17 +26,6 @@ def test_help_imports_neither_hydra_nor_numpy():
     assert not {"hydra", "omegaconf", "numpy", "pandas"} & loaded
 
 
-def test_run_without_figures_imports_no_plotting_and_no_scipy_stats(tmp_path):
-    loaded = _modules_after(
-        "import sys\n"
-        f"sys.argv = ['harness', 'workload.num_requests=5', 'hydra.run.dir={tmp_path}', 'analysis.figures=false',"
-        " 'loadgen.progress=false']\n"
-        "from harness.cli import main\nmain()")
-    assert (tmp_path / "summary.parquet").is_file()
-    assert not {"matplotlib", "seaborn", "scipy.stats"} & loaded
-    assert "harness.profiling.schema" not in loaded  # harness-profile's schema: stored only for its config
-
-
 COUNT_COMPOSITIONS = """
 import atexit, sys
 from hydra._internal.hydra import Hydra
@@ -48,6 +39,7 @@ atexit.register(lambda: print("compositions", len(calls)))
 sys.argv = ['harness', *ARGS]
 from harness.cli import main
 main()
+print("modules", " ".join(sorted(sys.modules)))
 """
 
 
@@ -58,12 +50,31 @@ def _compositions(args: list[str]) -> tuple[int, str]:
     return int(done.stdout.split("compositions")[-1]), done.stdout
 
 
-def test_a_run_composes_its_config_once(tmp_path):
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory) -> tuple[Path, int, set[str]]:
+    """One run without figures in a new interpreter, for the two tests below: its directory, how many
+    times it composed its config, and the modules imported once main() returned. (The composition
+    counter imports `hydra._internal.hydra` first: the run imports it anyway, so the module set is
+    the run's own.)"""
+    run_dir = tmp_path_factory.mktemp("plain") / "run"
+    count, out = _compositions(["workload.num_requests=3", f"hydra.run.dir={run_dir}", "analysis.figures=false",
+                                "loadgen.progress=false"])
+    (modules,) = [line for line in out.splitlines() if line.startswith("modules ")]
+    return run_dir, count, set(modules.split()[1:])
+
+
+def test_run_without_figures_imports_no_plotting_and_no_scipy_stats(plain_run):
+    run_dir, _, loaded = plain_run
+    assert (run_dir / "summary.parquet").is_file() and "harness.cli" in loaded
+    assert not {"matplotlib", "seaborn", "scipy.stats"} & loaded
+    assert "harness.profiling.schema" not in loaded  # harness-profile's schema: stored only for its config
+
+
+def test_a_run_composes_its_config_once(plain_run):
     """Hydra's get_mode would compose the whole config once more only to read hydra.mode (None)."""
-    count, _ = _compositions(["workload.num_requests=3", f"hydra.run.dir={tmp_path}", "analysis.figures=false",
-                              "loadgen.progress=false"])
+    run_dir, count, _ = plain_run
     assert count == 1
-    assert (tmp_path / "summary.parquet").is_file()
+    assert (run_dir / "summary.parquet").is_file()
 
 
 def test_a_config_that_sets_hydra_mode_still_decides_the_mode(tmp_path):
