@@ -135,7 +135,10 @@ class ValidateCallback(Callback):
 
             self.meta["nice"] = set_niceness(int(nice), "experiment.engine.nice")
         if self.url:
-            if config.experiment.engine.get("cpus"):
+            from harness.validation.cpus import resolve
+
+            setting = config.experiment.engine.get("cpus")
+            if setting != "auto" and resolve(setting, 1, "experiment.engine.cpus") is not None:
                 raise InputError("experiment.engine.cpus pins an engine this run starts; target.url names one "
                                  "already running: pin it yourself (taskset) or set experiment.engine.cpus=null")
             self.meta["engine"] = {"url": self.url, "started_here": False}
@@ -171,13 +174,15 @@ class ValidateCallback(Callback):
         self.url = self.engine.url
         self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": version,
                                "args": self.engine.args, "started_here": True}
-        if eng.get("cpus"):  # the engine on its CPUs, this process (load generator, probes) on the others
-            from harness.validation.cpus import pin_apart
+        from harness.validation.cpus import pin_apart, resolve
 
-            self.meta["engine"]["cpus"] = pin_apart(self.engine.process.pid, [int(c) for c in eng.cpus],
-                                                    "experiment.engine.cpus")
+        cpus = resolve(eng.get("cpus"), int(eng.threads), "experiment.engine.cpus")
+        if cpus:  # the engine on its CPUs, this process (load generator, probes, emulator) on the others
+            self.meta["engine"]["cpus"] = pin_apart(self.engine.process.pid, cpus, "experiment.engine.cpus")
             print(f"engine on CPUs {self.meta['engine']['cpus']['engine']}, the harness on "
                   f"{self.meta['engine']['cpus']['harness']}", flush=True)
+        else:
+            print(f"engine and harness placed by the scheduler (experiment.engine.cpus={eng.get('cpus')})", flush=True)
 
     def _calibrate(self, config: DictConfig) -> None:
         exp = config.experiment

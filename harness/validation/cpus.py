@@ -1,4 +1,5 @@
-"""`experiment.engine.cpus`: the engine on its own CPUs, the harness (load generator, probes) on the others.
+"""`experiment.engine.cpus`: the engine on its own CPUs, the harness (load generator, probes) on the others
+(`auto`: the engine on the last CPUs this process may use, one per engine thread, when any are left).
 
 On this 2-vCPU machine, with nothing pinned, the scheduler now and then runs the load generator on the
 vCPU where llama-server decodes (its client wakes at every streamed token). Measured here (engine's own
@@ -14,8 +15,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from harness.errors import InputError, choices, require
+
+
+def resolve(setting: Any, threads: int, key: str) -> list[int] | None:
+    """The engine's CPUs for `experiment.engine.cpus`: null -> None (the scheduler places both); a list ->
+    those CPUs; `auto` -> the last `threads` CPUs this process may use, when at least one is left for the
+    harness (else None: nothing to keep apart on one CPU). Anything else: InputError naming the choices."""
+    if setting is None or setting is False:
+        return None
+    if isinstance(setting, str):
+        require(setting == "auto", f"{key}={setting!r}; valid: null, auto or a list of CPU numbers")
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        return allowed[-threads:] if len(allowed) > threads >= 1 else None
+    try:
+        return [int(c) for c in setting]
+    except (TypeError, ValueError):
+        raise InputError(f"{key}={setting!r}; valid: null, auto or a list of CPU numbers") from None
 
 
 def _threads(pid: int | str) -> list[int]:

@@ -70,3 +70,36 @@ def test_the_suite_refuses_to_pin_an_engine_it_did_not_start(tmp_path):
                                "experiment": {"engine": {"nice": None, "cpus": [1]}}})
     with pytest.raises(InputError, match=r"experiment\.engine\.cpus pins an engine this run starts"):
         ValidateCallback()._prepare(config)
+
+
+def test_auto_gives_the_engine_the_last_cpus_one_per_thread_and_leaves_the_harness_at_least_one():
+    from harness.validation.cpus import resolve
+
+    allowed = sorted(os.sched_getaffinity(0))
+    assert resolve("auto", 1, "k") == allowed[-1:]
+    assert resolve("auto", len(allowed) - 1, "k") == allowed[1:]
+    assert resolve("auto", len(allowed), "k") is None  # nothing would be left apart: the scheduler places both
+    assert resolve(None, 1, "k") is None and resolve([1, "0"], 1, "k") == [1, 0]
+    for bad in ("first", ["x"], 3):
+        with pytest.raises(InputError, match=r"k=.*valid: null, auto or a list of CPU numbers"):
+            resolve(bad, 1, "k")
+
+
+def test_auto_with_an_engine_at_a_url_pins_nothing_and_a_bad_setting_is_refused(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from harness.validation.callback import ValidateCallback
+
+    def config(cpus):
+        return OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "target": {"url": "http://127.0.0.1:9"},
+                                 "experiment": {"engine": {"nice": None, "cpus": cpus}}})
+
+    with pytest.raises(InputError, match=r"experiment\.engine\.cpus='everywhere'; valid: null, auto"):
+        ValidateCallback()._prepare(config("everywhere"))
+    monkeypatch.setattr(ValidateCallback, "_calibrate", lambda self, config: None)
+    monkeypatch.setattr(ValidateCallback, "_capacity", lambda self, config: None)
+    before = _sets("self")
+    callback = ValidateCallback()
+    callback._prepare(config("auto"))  # the engine is not this run's: auto leaves it (and this process) alone
+    assert callback.meta["engine"] == {"url": "http://127.0.0.1:9", "started_here": False}
+    assert _sets("self") == before
