@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,10 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
     rows = []
     for run_dir in find_run_dirs(roots):
         if is_incomplete(run_dir):
+            if not any((run_dir / PARTS_DIR).glob("part-*.parquet")):
+                # killed after it set up its records but before the first batch landed: nothing to report
+                print(f"note: {run_dir}: killed before it recorded a request; not in the report", file=sys.stderr)
+                continue
             row = incomplete_summary(run_dir)
         else:
             summary = read_table(run_dir / SUMMARY_FILE)

@@ -105,3 +105,13 @@ def test_string_columns_keep_text_and_missing_whatever_they_come_as(column):
     assert [None if pd.isna(v) else v for v in typed["route"]] == expect
     again = frames.requests_frame(typed)  # a typed frame types to itself
     pd.testing.assert_frame_equal(again, typed, check_exact=True)
+
+
+def test_a_run_killed_before_its_first_batch_is_left_out_of_the_report_with_a_note(tmp_path, capsys):
+    from harness.analysis.runs import collect
+
+    frames.append_records(tmp_path / "0_a" / "requests.parquet", [record(i) for i in range(4)])  # killed midway
+    (tmp_path / "1_b" / "requests.parquet.parts").mkdir(parents=True)  # killed before its first batch landed
+    report = collect([tmp_path])
+    assert report["run_name"].tolist() == ["0_a"] and report["incomplete"].astype(bool).all()
+    assert "1_b: killed before it recorded a request; not in the report" in capsys.readouterr().err
