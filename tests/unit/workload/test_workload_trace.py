@@ -69,3 +69,24 @@ def test_paths_resolve_against_cwd_then_repo(tmp_path, monkeypatch):
 def test_bad_arguments(kwargs, text):
     with pytest.raises(InputError, match=text):
         TraceWorkload(TINY, **kwargs)
+
+
+def test_a_trace_is_parsed_once_per_file_state_and_each_load_gets_its_own_copies(tmp_path, monkeypatch):
+    import harness.workload.trace_workload as trace_workload
+
+    path = tmp_path / "t.jsonl"
+    path.write_text((REPO / TINY).read_text())
+    calls = []
+    real = trace_workload.load_trace
+    monkeypatch.setattr(trace_workload, "load_trace", lambda *a: calls.append(a) or real(*a))
+    trace_workload._parsed.cache_clear()
+    first, report = TraceWorkload(str(path), num_requests=2).load()  # truncates: changes its report
+    assert report.truncated == 2 and len(first) == 2
+    again, report = TraceWorkload(str(path)).load()
+    assert len(calls) == 1 and len(again) == 4 and report.truncated == 0  # nothing of the first load leaked
+    for _ in range(2):  # other arguments are parsed for themselves, and a failure is not kept
+        with pytest.raises(InputError, match="block_tokens=256"):
+            TraceWorkload(str(path), block_tokens=256).load()
+    assert len(calls) == 3
+    path.write_text((REPO / TINY).read_text().splitlines(keepends=True)[0])  # the file changed: parsed again
+    assert len(TraceWorkload(str(path)).load()[0]) == 1 and len(calls) == 4
