@@ -134,21 +134,22 @@ class ValidateCallback(Callback):
             from harness.engine.server import set_niceness
 
             self.meta["nice"] = set_niceness(int(nice), "experiment.engine.nice")
-        if self.url:
-            from harness.validation.cpus import resolve
+        from harness.validation.cpus import resolve
 
-            setting = config.experiment.engine.get("cpus")
-            if setting != "auto" and resolve(setting, 1, "experiment.engine.cpus") is not None:
+        setting = config.experiment.engine.get("cpus")
+        cpus = resolve(setting, int(config.experiment.engine.get("threads") or 1), "experiment.engine.cpus")
+        if self.url:
+            if cpus is not None and setting != "auto":
                 raise InputError("experiment.engine.cpus pins an engine this run starts; target.url names one "
                                  "already running: pin it yourself (taskset) or set experiment.engine.cpus=null")
             self.meta["engine"] = {"url": self.url, "started_here": False}
         else:
-            self._start_engine(config)
+            self._start_engine(config, cpus)
         print(f"engine at {self.url}", flush=True)
         self._calibrate(config)
         self._capacity(config)
 
-    def _start_engine(self, config: DictConfig) -> None:
+    def _start_engine(self, config: DictConfig, cpus: list[int] | None) -> None:
         from harness.engine.build import BuildError, ensure_engine
         from harness.engine.server import start_server
 
@@ -174,9 +175,8 @@ class ValidateCallback(Callback):
         self.url = self.engine.url
         self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": version,
                                "args": self.engine.args, "started_here": True}
-        from harness.validation.cpus import pin_apart, resolve
+        from harness.validation.cpus import pin_apart
 
-        cpus = resolve(eng.get("cpus"), int(eng.threads), "experiment.engine.cpus")
         if cpus:  # the engine on its CPUs, this process (load generator, probes, emulator) on the others
             self.meta["engine"]["cpus"] = pin_apart(self.engine.process.pid, cpus, "experiment.engine.cpus")
             print(f"engine on CPUs {self.meta['engine']['cpus']['engine']}, the harness on "
