@@ -175,12 +175,11 @@ class ValidateCallback(Callback):
         self.url = self.engine.url
         self.meta["engine"] = {"binary": str(binary), "model": str(model), "version": version,
                                "args": self.engine.args, "started_here": True}
-        from harness.validation.cpus import pin_apart
-
         if cpus:  # the engine on its CPUs, this process (load generator, probes, emulator) on the others
-            self.meta["engine"]["cpus"] = pin_apart(self.engine.process.pid, cpus, "experiment.engine.cpus")
-            print(f"engine on CPUs {self.meta['engine']['cpus']['engine']}, the harness on "
-                  f"{self.meta['engine']['cpus']['harness']}", flush=True)
+            from harness.validation.cpus import pin_apart
+
+            placed = self.meta["engine"]["cpus"] = pin_apart(self.engine.process.pid, cpus, "experiment.engine.cpus")
+            print(f"engine on CPUs {placed['engine']}, the harness on {placed['harness']}", flush=True)
         else:
             print(f"engine and harness placed by the scheduler (experiment.engine.cpus={eng.get('cpus')})", flush=True)
 
@@ -241,6 +240,7 @@ class ValidateCallback(Callback):
             prefill_curve,
             prefill_rows,
         )
+        from harness.validation.compare import check_lines
 
         cal = config.experiment.calibration
         clock = str(cal.get("clock", "server"))
@@ -313,18 +313,8 @@ class ValidateCallback(Callback):
         found = checks(rounds, block, separate=separate, clock=clock, layout=layout, save_token_s=save,
                        tile=(fill, tile_tokens, ubatch))
         self.meta.setdefault("checks", {})[tag] = found
-        for c in found["prefill_holdout"]:
-            print(f"[{tag}] held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "
-                  f"predicted {c['predicted_s'] * 1e3:.1f} ms ({c['rel_error']:+.1%})", flush=True)
-        for c in found["mixed"]:
-            print(f"[{tag}] {c['prompts']} x {c['input_tokens']}-token prompt beside {c['decoders']} decoding: "
-                  f"measured {c['measured_s'] * 1e3:.1f} ms, factor 1: {form} {c['predicted_s'] * 1e3:.1f} ms "
-                  f"({c['rel_error']:+.1%}), the other form {c['other_form_s'] * 1e3:.1f} ms "
-                  f"({c['other_form_rel_error']:+.1%})", flush=True)
-        for c in found["layouts"]:
-            print(f"[{tag}] streams on slots {c['slots']}: measured step {c['measured_s'] * 1e3:.2f} ms, a step per "
-                  f"run of consecutive slots {c['predicted_s'] * 1e3:.2f} ms ({c['rel_error']:+.1%}), one step of "
-                  f"the batch {c['one_ubatch_s'] * 1e3:.2f} ms ({c['one_ubatch_rel_error']:+.1%})", flush=True)
+        for line in check_lines(found, form):
+            print(f"[{tag}] {line}", flush=True)
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.yaml").write_text(yaml.safe_dump({"profiles": profiles}, sort_keys=False))

@@ -109,3 +109,18 @@ def write_validation(sweep_dir: Path, runs: list[dict[str, Any]], meta: dict[str
     except Exception as err:
         print(f"warning: ttft_cdf.png not written: {err}")
     return format_table(frame)
+
+
+def check_lines(found: dict[str, list[dict]], form: str) -> list[str]:
+    """One console line per calibration check (`calibrate.checks`): held-out prefill lengths, mixed steps
+    (at factor 1, by the deployment's step form `form` and by the other), slot layouts."""
+    lines = [f"held-out prefill {c['input_tokens']} tokens: measured {c['measured_s'] * 1e3:.1f} ms, "
+             f"predicted {c['predicted_s'] * 1e3:.1f} ms ({c['rel_error']:+.1%})" for c in found["prefill_holdout"]]
+    lines += [f"{c['prompts']} x {c['input_tokens']}-token prompt beside {c['decoders']} decoding: "
+              f"measured {c['measured_s'] * 1e3:.1f} ms, factor 1: {form} {c['predicted_s'] * 1e3:.1f} ms "
+              f"({c['rel_error']:+.1%}), the other form {c['other_form_s'] * 1e3:.1f} ms "
+              f"({c['other_form_rel_error']:+.1%})" for c in found["mixed"]]
+    lines += [f"streams on slots {c['slots']}: measured step {c['measured_s'] * 1e3:.2f} ms, a step per run of "
+              f"consecutive slots {c['predicted_s'] * 1e3:.2f} ms ({c['rel_error']:+.1%}), one step of the batch "
+              f"{c['one_ubatch_s'] * 1e3:.2f} ms ({c['one_ubatch_rel_error']:+.1%})" for c in found["layouts"]]
+    return lines
