@@ -202,6 +202,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 import hydra
 
                 from harness.hydra_mode import mode_without_composing
+                from harness.hydra_sweep import sweep_composes_once
                 from harness.schema import register_configs
 
                 _select_help(task.__module__)
@@ -211,7 +212,8 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing; we print one line
                 sys.stderr = stderr
                 _collector_after_start_up(collecting)
-                with mode_without_composing():  # Hydra composes once, not twice (harness/hydra_mode.py)
+                # Hydra composes once, not twice: the run's config (harness/hydra_mode.py), each job's (hydra_sweep.py)
+                with mode_without_composing(), sweep_composes_once():
                     hydra_main()
             except SystemExit as exc:
                 if exc.code == EXIT_INTERRUPTED:
