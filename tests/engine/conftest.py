@@ -4,10 +4,12 @@ Session scope: one server for every engine test (4 slots, 1 thread). The build i
 `make engine` runs (instant once cached; ~10 min on 2 cores the first time on a machine).
 
 The validate_engine suite (test_validate_engine.py) runs on a second server of its own, in the
-background from the first engine test on (`validate_run`): its ~25 s are mostly waits (each pinned
-probe's shared start, Poisson gaps between requests), which then overlap the other engine tests
-(~15 s) instead of following them. Two servers, so no test shares another's slots or engine log;
-harness-profile times its probes on its own server's CPU clock (see test_profile_engine.py).
+background from the first engine test on (`validate_run`, forked from the CLI zygote): its ~20 s are
+mostly waits (each pinned probe's shared start, Poisson gaps between requests), which then overlap the
+other engine tests (~20 s) instead of following them. Two servers, so no test shares another's slots or
+engine log; harness-profile times its probes on its own server's CPU clock (see test_profile_engine.py).
+Alone (`pytest -p no:xdist tests/engine`) the three modules take ~20 CPU s, servers, commands and the CLI
+zygote included (~28 before their designs were halved and the suite forked).
 """
 
 from __future__ import annotations
