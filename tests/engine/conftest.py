@@ -72,6 +72,7 @@ class BackgroundRun:
         self._pidfd: int | None = None
         self._done: subprocess.CompletedProcess[str] | None = None
         self._error: BaseException | None = None
+        cli_zygote.start()  # the process's zygote made here, not in the thread: the tests' own commands share it
         self._thread = threading.Thread(target=self._run, name="background-run", daemon=True)
         self._thread.start()
 
