@@ -39,8 +39,9 @@ pytestmark = pytest.mark.timeout(BUILD_TIMEOUT)
 # Prompts up to 256 tokens: the engine's CPU for the run is ~4.6 s (~6.5 s with every length doubled: prefill
 # 64..512, held out 192/384, 64- and 256-token decode streams, whose prefill-only twins (profile.clock=cpu) are most
 # of it; ~12 s with prompts up to 1,024). Still 4 fitted lengths for 3 coefficients, held-out lengths between
-# fitted ones, two contexts per batch size (4x apart, as before). Held-out prefill here, 6 runs: predicted /
-# measured 0.95-1.02 (0.99-1.04 at the doubled lengths), well inside the asserted 1/1.5..1.5.
+# fitted ones, two contexts per batch size (4x apart, as before). Held-out prefill, 10 runs here (one beside two
+# CPU burners, one beside the validate_engine suite: 0.87): predicted / measured 0.87-1.05 (0.99-1.04 in 2 runs at
+# the doubled lengths), inside the asserted 1/1.5..1.5; a prediction at half the tokens (0.63) fails it.
 SMALL_DESIGN = [
     "profile.name=engine_test", "profile.prefill.lengths=[32,64,128,256]", "profile.prefill.repeats=2",
     "profile.prefill.holdout_lengths=[96,192]", "profile.prefill.holdout_repeats=3",

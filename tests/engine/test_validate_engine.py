@@ -1,4 +1,4 @@
-"""The validate_engine suite end to end on a tiny design against an engine of its own (~25 s alone), run in
+"""The validate_engine suite end to end on a tiny design against an engine of its own (~20 s alone), run in
 the background beside the other engine tests (tests/engine/conftest.py `validate_run`).
 
 Checks the pipeline, not the accuracy (the machine is shared and noisy: benchmarks/bench_validate.py
@@ -15,7 +15,7 @@ import pandas as pd
 
 REQUESTS = 4  # per engine run: 4 runs (2 loads, each repeated) of Poisson arrivals, ~1-2 s each at these loads
 # Prompts of at most 256 + 256 tokens (256-token blocks: one shared prompt is one block) and 8-16 tokens out: the
-# engine's CPU for the suite is ~6 s (~9.3 s with prompts up to 512 + 512, 16-32 tokens out, 512-token long probes).
+# engine's CPU for the suite is ~5.5 s (~9.3 s with prompts up to 512 + 512, 16-32 tokens out, 512-token long probes).
 # Each pinned probe waits out its shared start (probes.PIN_LEAD_S): one decode prompt length (64; the long
 # probes, 256 cached + 16 new, give the fit its second context), one layout and one mixed shape.
 TINY = [f"workload.num_requests={REQUESTS}", "experiment.load_fraction=0.5,1.0", "experiment.saturation_concurrency=8",
