@@ -249,10 +249,11 @@ def _line(conn: socket.socket, buffer: bytearray) -> str:
 
 
 def run(args: list[str], *, cwd: str | os.PathLike[str], timeout: float | None = None, input: str | None = None,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        env: dict[str, str] | None = None, on_fork: Any = None) -> subprocess.CompletedProcess[str]:
     """subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, check=False,
     timeout=timeout, input=input, env=env), forked from the zygote when `args` is `-m module ...` and the
-    environment is the zygote's; a real subprocess otherwise."""
+    environment is the zygote's; a real subprocess otherwise. `on_fork(pid)`, when given, is called with the
+    forked command's pid once it runs (a caller running this in a thread can kill the command)."""
     args = [str(a) for a in args]
     zygote = _get() if AVAILABLE and len(args) >= 2 and args[0] == "-m" else None
     wanted = dict(os.environ if env is None else env)
@@ -277,6 +278,8 @@ def run(args: list[str], *, cwd: str | os.PathLike[str], timeout: float | None =
                 os.close(fds[0])
             buffer = bytearray()
             pid = int(_line(conn, buffer))
+            if on_fork is not None:
+                on_fork(pid)
             conn.settimeout(timeout)
             try:
                 line = _line(conn, buffer)

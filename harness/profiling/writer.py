@@ -8,6 +8,8 @@ or copy it into conf/model/, and `model=<name>` selects it.
 
 from __future__ import annotations
 
+import math
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +21,88 @@ ARCH_KEYS = ("hidden_size", "layers", "q_heads", "kv_heads", "head_dim", "params
              "kv_dtype_bytes")
 
 
+# GGUF value types (ggml's gguf.h): the fixed-size ones by their struct code; 8 string, 9 array.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_header(path: str | Path) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """(metadata, (elements, bytes) per tensor) of a GGUF file, from its header alone. Array values (a
+    vocabulary's 32,000 tokens) are stepped over, not decoded (their keys map to None): gguf.GGUFReader
+    decodes every element, ~1 s of CPU for this project's engine model, for the few numbers
+    `architecture_from_gguf` needs."""
+    import mmap
+
+    from gguf import GGML_QUANT_SIZES
+
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise InputError(f"{path}: not a GGUF model file (it does not start with 'GGUF')")
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with data:
+        try:
+            order = "<" if struct.unpack_from("<I", data, 4)[0] & 0xFFFF else ">"  # as GGUFReader tells byte order
+            version = struct.unpack_from(order + "I", data, 4)[0]
+            require(version in (2, 3), f"{path}: GGUF version {version}; readable: 2, 3")
+            pos = 8
+
+            def take(code: str) -> Any:
+                nonlocal pos
+                (value,) = struct.unpack_from(order + code, data, pos)
+                pos += struct.calcsize(code)
+                return value
+
+            def text() -> str:
+                nonlocal pos
+                n = take("Q")
+                pos += n
+                return bytes(data[pos - n:pos]).decode("utf-8")
+
+            def value(kind: int) -> Any:
+                nonlocal pos
+                if kind == _GGUF_STRING:
+                    return text()
+                if kind == _GGUF_ARRAY:
+                    item, count = take("I"), take("Q")
+                    if item in _GGUF_SCALARS:
+                        pos += count * struct.calcsize(_GGUF_SCALARS[item])
+                    else:
+                        for _ in range(count):
+                            value(item)
+                    return None
+                return take(_GGUF_SCALARS[kind])
+
+            tensors, entries = take("Q"), take("Q")
+            meta: dict[str, Any] = {}
+            for _ in range(entries):
+                key = text()
+                meta[key] = value(take("I"))
+            sizes = []
+            for _ in range(tensors):
+                text()
+                elements = math.prod(take("Q") for _ in range(take("I")))
+                block, type_bytes = GGML_QUANT_SIZES[take("I")]
+                take("Q")  # the tensor's data offset
+                sizes.append((elements, elements // block * type_bytes))
+        except (struct.error, KeyError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: not a readable GGUF model file ({type(err).__name__}: {err})") from err
+    return meta, sizes
+
+
 def architecture_from_gguf(path: str | Path) -> dict[str, Any]:
     """The dims of a GGUF model file: a decoder of full-attention GQA layers (llama-style)."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
+    meta, tensors = gguf_header(path)
 
     def get(key: str, default: Any = None) -> Any:
-        field = reader.get_field(key)
-        return default if field is None else field.contents()
+        found = meta.get(key)
+        return default if found is None else found
 
     arch = get("general.architecture")
     require(arch is not None, f"{path}: not a GGUF model (no general.architecture)")
     hidden = int(get(f"{arch}.embedding_length"))
     heads = int(get(f"{arch}.attention.head_count"))
-    params = sum(int(t.n_elements) for t in reader.tensors)
-    size = sum(int(t.n_bytes) for t in reader.tensors)
+    params = sum(elements for elements, _ in tensors)
+    size = sum(nbytes for _, nbytes in tensors)
     return {
         "architecture": str(arch),
         "hidden_size": hidden,

@@ -4,18 +4,23 @@ Session scope: one server for every engine test (4 slots, 1 thread). The build i
 `make engine` runs (instant once cached; ~10 min on 2 cores the first time on a machine).
 
 The validate_engine suite (test_validate_engine.py) runs on a second server of its own, in the
-background from the first engine test on (`validate_run`): its ~25 s are mostly waits (each pinned
-probe's shared start, Poisson gaps between requests), which then overlap the other engine tests
-(~15 s) instead of following them. Two servers, so no test shares another's slots or engine log;
-harness-profile times its probes on its own server's CPU clock (see test_profile_engine.py).
+background from the first engine test on (`validate_run`, forked from the CLI zygote): its ~20 s are
+mostly waits (each pinned probe's shared start, Poisson gaps between requests), which then overlap the
+other engine tests (~20 s) instead of following them. Two servers, so no test shares another's slots or
+engine log; harness-profile times its probes on its own server's CPU clock (see test_profile_engine.py).
+Alone (`pytest -p no:xdist tests/engine`) the three modules take ~20 CPU s, servers, commands and the CLI
+zygote included (~28 before their designs were halved and the suite forked).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
-import sys
+import threading
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pytest
 
 from harness.engine.build import BuildError, ensure_engine
@@ -29,6 +34,7 @@ THREADS = 1
 BUILD_TIMEOUT = 2400  # s: a test that starts the session may have to build the engine first
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATE_MODULE = Path(__file__).with_name("test_validate_engine.py")
+MAX_RUN_S = 900  # a background run is killed after this long, whatever waits for it
 
 
 @pytest.fixture(scope="session")
@@ -57,37 +63,53 @@ def engine_url(engine_server):
 
 
 class BackgroundRun:
-    """A command started now; `result(timeout)` waits for it: (return code, stdout, stderr)."""
+    """`python -m <module> ...` started now, forked from the CLI zygote (tools/cli_zygote.py: its third-party
+    imports, ~1 s of CPU in a new interpreter, are done) and waited on in a thread; `result(timeout)` waits for it:
+    (return code, stdout, stderr); `stop()` kills it (by its pid, which the zygote reports once it runs)."""
 
     def __init__(self, args: list[str], out: Path) -> None:
-        self.out = out
-        with (out / "stdout").open("w") as stdout, (out / "stderr").open("w") as stderr:
-            self.process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdin=subprocess.DEVNULL,
-                                            stdout=stdout, stderr=stderr)
+        self.out, self.args = out, args
+        self._pidfd: int | None = None
+        self._done: subprocess.CompletedProcess[str] | None = None
+        self._error: BaseException | None = None
+        cli_zygote.start()  # the process's zygote made here, not in the thread: the tests' own commands share it
+        self._thread = threading.Thread(target=self._run, name="background-run", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:  # the zygote kills it after MAX_RUN_S whatever happens here
+            self._done = cli_zygote.run(self.args, cwd=ROOT, timeout=MAX_RUN_S, on_fork=self._forked)
+        except BaseException as err:  # handed to result()
+            self._error = err
+
+    def _forked(self, pid: int) -> None:
+        self._pidfd = os.pidfd_open(pid)  # the process itself, even if its pid is reused once it is reaped
 
     def result(self, timeout: float) -> tuple[int, str, str]:
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
             self.stop()
-            pytest.fail(f"still running after {timeout:g} s: {self.process.args}\n"
-                        f"{self.text('stderr')[-3000:]}")
-        return code, self.text("stdout"), self.text("stderr")
-
-    def text(self, name: str) -> str:
-        return (self.out / name).read_text(errors="replace")
+            done = self._done
+            pytest.fail(f"still running after {timeout:g} s: {self.args}\n{done.stderr[-3000:] if done else ''}")
+        if self._error is not None:
+            raise self._error
+        assert self._done is not None
+        return self._done.returncode, self._done.stdout, self._done.stderr
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        if self._thread.is_alive() and self._pidfd is not None:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        self._thread.join(10)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 @pytest.fixture(scope="session")
 def validate_run(engine_build, tmp_path_factory):
     """The validate_engine suite (`suite_args` in test_validate_engine.py) running in the background against a
-    llama-server of its own: `.result(timeout)`, its sweep directory `.out / "sweep"`. A real interpreter (not
-    the CLI zygote: its command can be killed here if the session ends first); the server outlives it."""
+    llama-server of its own: `.result(timeout)`, its sweep directory `.out / "sweep"`. Killed here if the session
+    ends first; the server outlives it."""
     from .test_validate_engine import suite_args
 
     with _server(engine_build, tmp_path_factory, "validate_engine_server") as server:

@@ -103,3 +103,49 @@ def test_harness_profile_without_a_url_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: harness-profile needs target.url=http://HOST:PORT "
                                                 "(an OpenAI-compatible endpoint)"]
+
+
+@pytest.mark.parametrize("endian", ["LITTLE", "BIG"])
+def test_the_header_reader_reads_what_the_gguf_librarys_full_reader_does(tmp_path, endian):
+    """`gguf_header` steps over array values instead of decoding them (~1 s for the engine's model): its metadata
+    and tensor sizes are gguf.GGUFReader's, quantized tensors, string and nested arrays and both byte orders too."""
+    import gguf
+    import numpy as np
+
+    from harness.profiling.writer import gguf_header
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama", endianess=getattr(gguf.GGUFEndian, endian))
+    w.add_block_count(3)
+    w.add_embedding_length(64)
+    w.add_head_count(4)
+    w.add_float32("test.scale", 0.5)
+    w.add_bool("test.flag", True)
+    w.add_string("test.name", "caf\u00e9")
+    w.add_array("test.words", ["a", "bb", "\u2581ccc"])
+    w.add_array("test.nested", [[1, 2], [3]])
+    w.add_array("test.ints", [1, 2, 3])
+    w.add_tensor("a", np.zeros((4, 64), np.float16))
+    w.add_tensor("q", np.zeros((2, 34), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_0)  # 2 blocks of 32
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    meta, sizes = gguf_header(path)
+    reader = gguf.GGUFReader(str(path))
+    full = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    arrays = {k for k, v in full.items() if isinstance(v, list)}
+    assert {k: v for k, v in full.items() if k not in arrays} == {k: v for k, v in meta.items() if v is not None}
+    assert arrays == {k for k, v in meta.items() if v is None} == {"test.words", "test.nested", "test.ints"}
+    assert sizes == [(int(t.n_elements), int(t.n_bytes)) for t in reader.tensors] == [(256, 512), (64, 68)]
+    arch = architecture_from_gguf(path)
+    assert (arch["layers"], arch["hidden_size"], arch["q_heads"], arch["head_dim"]) == (3, 64, 4, 16)
+    assert arch["weight_dtype_bytes"] == 580 / 320
+
+
+@pytest.mark.parametrize("content", [b"", b"GGML....", b"GGUF\x03\x00\x00\x00\x01"])
+def test_a_file_that_is_not_a_readable_gguf_is_one_clear_error(tmp_path, content):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=r"bad\.gguf: not a"):
+        architecture_from_gguf(path)
