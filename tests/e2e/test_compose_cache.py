@@ -5,10 +5,9 @@ second (a copy of what was kept), errors included; and a config file changed on 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -24,24 +23,6 @@ CASES = [
     ["deployment=nope"],  # errors: Hydra's own, every time
     ["loadgen.rate_rps=abc"],
 ]
-# The same compositions in a new interpreter that never loads tests/conftest.py: Hydra as it ships.
-PLAIN = """
-import json, sys
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from harness.schema import register_configs
-out = []
-for overrides in json.loads(sys.argv[2]):
-    register_configs()
-    try:
-        with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
-            out.append(OmegaConf.to_yaml(compose("config", overrides=overrides, return_hydra_config=True)))
-    except Exception as err:
-        out.append(f"{type(err).__name__}: {err}")
-print(json.dumps(out))
-"""
-
-
 def _composed(config_dir: Path, overrides: list[str]) -> str:
     register_configs()
     try:
@@ -52,8 +33,9 @@ def _composed(config_dir: Path, overrides: list[str]) -> str:
 
 
 def test_compositions_in_the_tests_are_hydras_own():
-    done = subprocess.run([sys.executable, "-c", PLAIN, str(CONF), json.dumps(CASES)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, check=True)
+    # The same compositions in a process that never loads tests/conftest.py: Hydra as it ships.
+    done = cli_zygote.run(["-m", "tests.e2e.plain_compose", str(CONF), json.dumps(CASES)], cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
     plain = json.loads(done.stdout)
     for overrides, expected in zip(CASES, plain, strict=True):
         assert _composed(CONF, overrides) == expected, overrides  # composed here (or kept by an earlier test)

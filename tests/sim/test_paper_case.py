@@ -70,6 +70,24 @@ def test_sustained_throughput_matches_the_planner_on_the_same_lengths(saturation
     assert summary["steady_throughput_rps"] <= representative * 1.02
 
 
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_paper_case_capacity_is_the_same_at_4x_the_automatic_in_flight(saturation, name):
+    """Capacity without a hidden knob: the saturation run's in-flight count comes from the planner, and
+    the answer barely moves at 4x that count (the Mooncake trace's case is in tests/sim/test_saturation.py)."""
+    from harness.sim import run_sim
+
+    _, _, auto = saturation[name]
+    n = int(auto["saturation_in_flight"])
+    assert auto["saturation_in_flight_source"].startswith("planner")
+    assert 30 < n < 400  # Little's law at the planner's Lambda_max, not the old fixed 256
+    cfg = compose_cfg(f"deployment={name}", "loadgen.rate_rps=inf", f"workload.num_requests={N_SATURATION}",
+                      f"loadgen.saturation_in_flight={4 * n}")
+    big = _summary(cfg, run_sim(cfg))
+    assert big["saturation_in_flight_source"] == "given"
+    assert big["steady_throughput_rps"] == pytest.approx(auto["steady_throughput_rps"], rel=0.02)
+    assert auto["saturation_warning"] == ""
+
+
 def test_capacity_ratios_land_near_the_paper(saturation):
     cap = {name: saturation[name][2]["steady_throughput_rps"] for name in DEPLOYMENTS}
     assert cap["prfaas_pd"] / cap["homogeneous_pd"] == pytest.approx(3.24 / 2.11, abs=0.06)

@@ -25,6 +25,20 @@ def plots():
     return plots
 
 
+@pytest.fixture
+def unrendered_figures(plots, monkeypatch):
+    """For tests that read which figures a report writes, not what is in them: each figure is made as
+    always (the plotting code runs) but saved as an empty file, not rendered into a PNG (~0.1 s of CPU
+    each). test_report_of_a_two_parameter_sweep_... checks real PNGs."""
+    from pathlib import Path
+
+    def save(fig, path):
+        Path(path).write_bytes(b"")
+        return Path(path)
+
+    monkeypatch.setattr(plots, "save", save)
+
+
 def capacity(t: float, link_gbps: float) -> float:
     """A made-up capacity surface: peaks at t = 20K, grows with the link."""
     return (3.0 - abs(t - 20000) / 20000) * (1.0 if link_gbps >= 100 else 0.5)
@@ -222,7 +236,7 @@ def test_report_of_a_two_parameter_sweep_prints_the_sweep_table_and_draws_its_fi
     assert len(pd.read_parquet(tmp_path / "report.parquet")) == 12
 
 
-def test_saturation_only_sweep_skips_the_load_figures(tmp_path, run_factory):
+def test_saturation_only_sweep_skips_the_load_figures(tmp_path, run_factory, unrendered_figures):
     for i, t in enumerate((1000, 2000)):
         run_dir = tmp_path / f"{i}_p"
         (run_dir / ".hydra").mkdir(parents=True)
@@ -236,7 +250,7 @@ def test_saturation_only_sweep_skips_the_load_figures(tmp_path, run_factory):
     assert table["closed_loop"].all() and table["steady_rps"].tolist() == pytest.approx([2.0, 3.0], rel=0.05)
 
 
-def test_categorical_sweep_keys_split_the_points_but_get_no_axis(plots, tmp_path, run_factory):
+def test_categorical_sweep_keys_split_the_points_but_get_no_axis(plots, tmp_path, run_factory, unrendered_figures):
     """A sweep over a config group (`workload=a,b`) and a boolean flag: both are sweep keys that
     separate points (never mixed into one capacity); only the numeric key gets a line figure."""
     job = 0
