@@ -2,9 +2,10 @@
 venv, and run the console scripts from a directory outside the source tree. Configs (`conf/`) and the
 sample traces must come from the installed package, not from the checkout.
 
-Offline: the wheel is built without build isolation (setuptools from this environment), the venv gets
-no pip, and its dependencies are this environment's site-packages through a `.pth` file (the wheel
-itself is installed with `--no-deps`), so nothing is downloaded.
+Offline: the wheel is built without build isolation (setuptools' PEP 517 backend from this environment,
+called directly: what `pip wheel --no-build-isolation` runs, without pip's two extra interpreters), the
+venv gets no pip, and its dependencies are this environment's site-packages through a `.pth` file (the
+wheel itself is installed with `--no-deps`), so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import venv as venv_module
 import zipfile
 from pathlib import Path
 
@@ -41,14 +43,14 @@ def installed(tmp_path_factory):
     for name in SOURCE:
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy2)(ROOT / name, src / name, **(
             {"ignore": ignore} if (ROOT / name).is_dir() else {}))
-    build = _run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
-                  "--no-index", "-w", str(tmp / "dist"), "-q"], cwd=tmp)
+    (tmp / "dist").mkdir()
+    backend = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    build = _run([sys.executable, "-c", backend, str(tmp / "dist")], cwd=src)
     assert build.returncode == 0, f"wheel build failed (needs setuptools>=77, the test extra):\n{build.stderr}"
     (wheel,) = (tmp / "dist").glob("prfaas_harness-*.whl")
 
     venv = tmp / "venv"
-    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp)
-    assert made.returncode == 0, made.stderr
+    venv_module.create(venv, with_pip=False)  # what `python -m venv --without-pip` does, in this process
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
     new_python = bin_dir / "python"
     site = _run([str(new_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp)
@@ -56,8 +58,10 @@ def installed(tmp_path_factory):
     # Dependencies from this environment; .pth files in it (an editable install of the checkout) are
     # not processed for a directory added this way, so `harness` can only come from the wheel.
     (Path(site.stdout.strip()) / "_harness_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    # --no-compile: the commands compile what they import (under `make test`'s PYTHONPYCACHEPREFIX the .pyc
+    # files pip would write beside the sources are never read anyway).
     install = _run([sys.executable, "-m", "pip", "--python", str(new_python), "install", "--no-deps", "--no-index",
-                    "-q", str(wheel)], cwd=tmp)
+                    "--no-compile", "-q", str(wheel)], cwd=tmp)
     assert install.returncode == 0, install.stderr
 
     elsewhere = tmp / "elsewhere"
