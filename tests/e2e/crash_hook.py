@@ -13,7 +13,9 @@ the function is broken in every process of the run, as when the whole command st
 PYTHONPATH: here (the hook run in this process) and in each Python the command starts (a parallel
 sweep's joblib workers), which inherit HARNESS_TEST_CRASH and PYTHONPATH from this process's
 environment. The hook replaces the function when its module is first imported, not at start-up, so
-the helpers that never import it (joblib's resource trackers) start as they would without it.
+the helpers that never import it (joblib's resource trackers) start as they would without it. This
+process's pid goes to HOOK_DIR/command.pid, and HARNESS_TEST_CRASH_DIR=HOOK_DIR tells the hook where to
+say which processes crashed.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def main() -> None:
         setattr(importlib.import_module(module_name), name, _crash)
     else:
         paths = [hook_dir, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p), os.getcwd()]
-        os.environ.update(HARNESS_TEST_CRASH=target, PYTHONPATH=os.pathsep.join(paths))
+        os.environ.update(HARNESS_TEST_CRASH=target, HARNESS_TEST_CRASH_DIR=hook_dir, PYTHONPATH=os.pathsep.join(paths))
+        with open(os.path.join(hook_dir, "command.pid"), "w") as f:
+            f.write(str(os.getpid()))
         runpy.run_path(os.path.join(hook_dir, "sitecustomize.py"))
     runpy.run_module(command, run_name="__main__", alter_sys=True)
 

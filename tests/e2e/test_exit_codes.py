@@ -25,12 +25,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["workload.num_requests=3", "loadgen.progress=false", "analysis.figures=false"]
 # A parallel sweep (joblib workers) without the default experiment's sweep callbacks: the planner (~1.3 s of
 # CPU composing every deployment before the launch) and the report plan and report the sweep in the parent,
-# never in a worker, where these tests break a job (tests/e2e/test_sweeps.py runs them).
+# never in a worker, where these tests break a job (tests/e2e/test_sweeps.py runs them). The tests' sweeps
+# have one job: with n_jobs=2 joblib still runs it in a worker process (loky), and the second worker, given
+# no job, never imports the harness (~1 s of CPU less than a second job).
 PARALLEL = ["-m", "hydra/launcher=local_parallel", "~hydra.callbacks.plan", "~hydra.callbacks.report"]
 
 # The hook of tests/e2e/crash_hook.py's --every-process: HARNESS_TEST_CRASH=<module.function> breaks that
 # function in each process whose environment has it, when its module is imported (helper processes that
-# never import it, such as joblib's resource trackers, do not import the harness for it).
+# never import it, such as joblib's resource trackers, do not import the harness for it). A process that
+# crashes leaves `crashed-<pid>` (its parent's pid inside) in HARNESS_TEST_CRASH_DIR: where it crashed.
 _SITECUSTOMIZE = '''
 import importlib.abc, importlib.util, os, sys
 target = os.environ.get("HARNESS_TEST_CRASH")
@@ -38,6 +41,8 @@ if target:
     module_name, name = target.rsplit(".", 1)
 
     def _crash(*args, **kwargs):
+        with open(os.path.join(os.environ["HARNESS_TEST_CRASH_DIR"], f"crashed-{os.getpid()}"), "w") as f:
+            f.write(str(os.getppid()))
         raise ZeroDivisionError("injected crash for a test")
 
     class _BreakOnImport(importlib.abc.MetaPathFinder):
@@ -108,7 +113,7 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
 
 def test_bad_input_in_a_parallel_sweep_is_exit_2(tmp_path):
     proc = _run("harness", *PARALLEL, "deployment=homogeneous_pd",
-                "loadgen.rate_rps=-1,2", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+                "loadgen.rate_rps=-1", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _one_line(proc)
     assert "loadgen.rate_rps=-1" in line and "must be" in line
@@ -192,15 +197,19 @@ def test_a_crash_is_exit_1_and_names_the_traceback_file(tmp_path):
 
 
 def test_a_crash_in_a_parallel_sweep_is_exit_1_not_2(tmp_path):
-    """The joblib workers crash; before, the parent read that as a config error (exit 2)."""
+    """The joblib worker crashes; before, the parent read that as a config error (exit 2)."""
     sweep = tmp_path / "sweep"
     proc = _run("harness", *PARALLEL, "deployment=homogeneous_pd",
-                "loadgen.rate_rps=1,2", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.runs.sim.run_sim",
+                "loadgen.rate_rps=1", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.runs.sim.run_sim",
                 tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     line = _one_line(proc)
-    assert "crashed" in line and "loadgen.rate_rps=" in line and "harness/runs/assemble.py" in line
+    assert "crashed" in line and "loadgen.rate_rps=1" in line and "harness/runs/assemble.py" in line
     assert list(sweep.glob("*/traceback.txt"))
+    command = int((tmp_path / "hook" / "command.pid").read_text())
+    crashed = {path.name: int(path.read_text()) for path in (tmp_path / "hook").glob("crashed-*")}
+    assert crashed and all(name != f"crashed-{command}" and parent == command for name, parent in crashed.items()), \
+        (command, crashed)  # in a process the command started (a joblib worker), not in the command's own
 
 
 def test_a_gate_crash_is_exit_1_and_says_it_crashed(tmp_path, finished_run):
