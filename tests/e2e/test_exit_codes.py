@@ -2,9 +2,9 @@
 130 interrupted; each failure is one stderr line without a traceback.
 
 Crashes are injected by breaking one harness function: in a command forked from the CLI zygote,
-tests/e2e/crash_hook.py replaces it before the command runs; in a parallel sweep, a `sitecustomize`
-module on PYTHONPATH replaces it in every process of the run, joblib workers included
-(HARNESS_TEST_CRASH names the function).
+tests/e2e/crash_hook.py replaces it before the command runs; in a parallel sweep, crash_hook also puts
+a `sitecustomize` module on the PYTHONPATH of every process the command starts, which replaces it there,
+joblib workers included (HARNESS_TEST_CRASH names the function).
 """
 
 from __future__ import annotations
@@ -23,16 +23,47 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["workload.num_requests=3", "loadgen.progress=false", "analysis.figures=false"]
+# A parallel sweep (joblib workers) without the default experiment's sweep callbacks: the planner (~1.3 s of
+# CPU composing every deployment before the launch) and the report plan and report the sweep in the parent,
+# never in a worker, where these tests break a job (tests/e2e/test_sweeps.py runs them). The tests' sweeps
+# have one job: with n_jobs=2 joblib still runs it in a worker process (loky), and the second worker, given
+# no job, never imports the harness (~1 s of CPU less than a second job).
+PARALLEL = ["-m", "hydra/launcher=local_parallel", "~hydra.callbacks.plan", "~hydra.callbacks.report"]
 
+# The hook of tests/e2e/crash_hook.py's --every-process: HARNESS_TEST_CRASH=<module.function> breaks that
+# function in each process whose environment has it, when its module is imported (helper processes that
+# never import it, such as joblib's resource trackers, do not import the harness for it). A process that
+# crashes leaves `crashed-<pid>` (its parent's pid inside) in HARNESS_TEST_CRASH_DIR: where it crashed.
 _SITECUSTOMIZE = '''
-import importlib, os
+import importlib.abc, importlib.util, os, sys
 target = os.environ.get("HARNESS_TEST_CRASH")
 if target:
     module_name, name = target.rsplit(".", 1)
-    module = importlib.import_module(module_name)
+
     def _crash(*args, **kwargs):
+        with open(os.path.join(os.environ["HARNESS_TEST_CRASH_DIR"], f"crashed-{os.getpid()}"), "w") as f:
+            f.write(str(os.getppid()))
         raise ZeroDivisionError("injected crash for a test")
-    setattr(module, name, _crash)
+
+    class _BreakOnImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != module_name:
+                return None
+            sys.meta_path.remove(self)  # the module's own spec, found as without this finder
+            spec = importlib.util.find_spec(fullname)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                setattr(module, name, _crash)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    if module_name in sys.modules:
+        setattr(sys.modules[module_name], name, _crash)
+    else:
+        sys.meta_path.insert(0, _BreakOnImport())
 '''
 
 
@@ -48,9 +79,9 @@ def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
         hook = tmp_path / "hook"
         hook.mkdir(exist_ok=True)
         (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-        env.update(HARNESS_TEST_CRASH=crash, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
-    # forked (tools/cli_zygote.py) unless the sitecustomize hook is on PYTHONPATH: that needs a new interpreter
-    return cli_zygote.run(["-m", *argv], cwd=ROOT, env=env, timeout=timeout)
+        # the command forked, the hook on PYTHONPATH for the processes it starts (crash_hook.py)
+        argv = ("tests.e2e.crash_hook", "--every-process", str(hook), crash, *argv)
+    return cli_zygote.run(["-m", *argv], cwd=ROOT, env=env, timeout=timeout)  # forked (tools/cli_zygote.py)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -81,8 +112,8 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
 
 
 def test_bad_input_in_a_parallel_sweep_is_exit_2(tmp_path):
-    proc = _run("harness", "-m", "hydra/launcher=local_parallel", "deployment=homogeneous_pd",
-                "loadgen.rate_rps=-1,2", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    proc = _run("harness", *PARALLEL, "deployment=homogeneous_pd",
+                "loadgen.rate_rps=-1", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _one_line(proc)
     assert "loadgen.rate_rps=-1" in line and "must be" in line
@@ -166,15 +197,19 @@ def test_a_crash_is_exit_1_and_names_the_traceback_file(tmp_path):
 
 
 def test_a_crash_in_a_parallel_sweep_is_exit_1_not_2(tmp_path):
-    """The joblib workers crash; before, the parent read that as a config error (exit 2)."""
+    """The joblib worker crashes; before, the parent read that as a config error (exit 2)."""
     sweep = tmp_path / "sweep"
-    proc = _run("harness", "-m", "hydra/launcher=local_parallel", "deployment=homogeneous_pd",
-                "loadgen.rate_rps=1,2", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.runs.sim.run_sim",
+    proc = _run("harness", *PARALLEL, "deployment=homogeneous_pd",
+                "loadgen.rate_rps=1", *SMALL, f"hydra.sweep.dir={sweep}", crash="harness.runs.sim.run_sim",
                 tmp_path=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     line = _one_line(proc)
-    assert "crashed" in line and "loadgen.rate_rps=" in line and "harness/runs/assemble.py" in line
+    assert "crashed" in line and "loadgen.rate_rps=1" in line and "harness/runs/assemble.py" in line
     assert list(sweep.glob("*/traceback.txt"))
+    command = int((tmp_path / "hook" / "command.pid").read_text())
+    crashed = {path.name: int(path.read_text()) for path in (tmp_path / "hook").glob("crashed-*")}
+    assert crashed and all(name != f"crashed-{command}" and parent == command for name, parent in crashed.items()), \
+        (command, crashed)  # in a process the command started (a joblib worker), not in the command's own
 
 
 def test_a_gate_crash_is_exit_1_and_says_it_crashed(tmp_path, finished_run):
