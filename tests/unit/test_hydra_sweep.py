@@ -60,7 +60,7 @@ def multirun(tmp_path, monkeypatch):
         try:
             hydra.multirun(config_name="config", task_function=task,
                            overrides=[*overrides, f"hydra.sweep.dir={tmp_path / sweep_dir}",
-                                      "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"])
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
         finally:
             GlobalHydra.instance().clear()
         return list(seen), len(loads)
