@@ -18,10 +18,11 @@ Which worker runs a module (`pytest_xdist_make_scheduler` below, `--dist loadsco
   wider than the machine (on a loaded machine a third CPU-bound worker only adds contention). When the
   lane's queue is empty it stops; a core worker with nothing left takes a waiting module still queued.
 - With two workers beyond the cores, the one before the waiting lane is the engine lane: it runs the
-  engine's unit alone and stops (alone: ~28 CPU s, servers and commands included, over ~30 s; it was
-  ~40 over ~70, mostly waits, before its designs shrank and the validate_engine suite ran beside the
-  other engine tests). In the waiting lane it would run after the lane's ~75 s of modules, not beside
-  them. With one extra worker the engine's unit goes to a core worker, first.
+  engine's unit alone and stops (alone: ~20 CPU s, servers and commands included; ~28 before its
+  designs shrank again and the validate_engine suite was forked from the zygote, ~40 over ~70 s, mostly
+  waits, before the suite ran beside the other engine tests). In the waiting lane it would run after the
+  lane's ~75 s of modules, not beside them. With one extra worker the engine's unit goes to a core
+  worker, first.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import importlib.util
 import io
 import os
 import pickle
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     sys.modules["cli_zygote"].close()
+    if not hasattr(config, "workerinput"):
+        _drop_stale_bytecode()
+
+
+def _drop_stale_bytecode() -> None:
+    """`make test` caches bytecode under PYTHONPYCACHEPREFIX, also for the files tests put in pytest's
+    temporary dirs (a wheel installed in one, ~2 MB a run): pytest keeps the last three runs' dirs, and
+    the cache's mirror of an older one goes with it."""
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    if not prefix:
+        return
+    for source_root in Path(tempfile.gettempdir()).glob("pytest-of-*"):
+        mirror_root = Path(prefix) / source_root.resolve().relative_to(source_root.resolve().anchor)
+        for mirror in mirror_root.glob("pytest-*"):
+            if not (source_root / mirror.name).exists():
+                shutil.rmtree(mirror, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -18,8 +18,8 @@ Random state: `random` reseeds itself after fork; numpy's global RandomState is 
 
 What differs, and why no caller cares (callers that do care keep real subprocesses):
 - The third-party modules are already imported (so is everything they import): a command that would
-  not import pandas has it in sys.modules. tests/e2e/test_fast_start.py, which checks what start-up
-  imports and costs, runs real interpreters.
+  not import pandas has it in sys.modules. tests/e2e/test_fast_start.py's checks of what start-up
+  imports and costs run real interpreters (its sweep-mode test, which counts compositions, forks).
 - The hash seed is the zygote's (the same for all its children, random per zygote).
 - A crash's traceback has one more frame at the top (this file's `_run_and_exit`).
 - At exit the modules are not torn down (os._exit once atexit has run and the streams are flushed):
