@@ -47,13 +47,16 @@ def multirun(tmp_path, monkeypatch):
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
 
     seen: list[str] = []
+    out_dirs: list[Path] = []
 
     def run(overrides: list[str], sweep_dir: str) -> tuple[list[str], int]:
         loads.clear()
         seen.clear()
+        out_dirs.clear()
 
         def task(cfg) -> None:
             seen.append(OmegaConf.to_yaml(cfg, resolve=True) + OmegaConf.to_yaml(HydraConfig.get().job))
+            out_dirs.append(Path(HydraConfig.get().runtime.output_dir))
 
         hydra = Hydra.create_main_hydra2(task_name="t", config_search_path=create_automatic_config_search_path(
             None, None, str(conf)))
@@ -66,6 +69,7 @@ def multirun(tmp_path, monkeypatch):
         return list(seen), len(loads)
 
     run.seen = seen  # type: ignore[attr-defined]  # what the jobs saw, also when the sweep raised
+    run.out_dirs = out_dirs  # type: ignore[attr-defined]
     return run
 
 
@@ -77,6 +81,16 @@ def test_each_job_is_composed_once_and_runs_with_hydras_own_config(multirun):
     assert [c.replace("/once", "/own") for c in once] == own  # the same configs, job by job
     assert own_loads == 1 + 2 * 3  # the sweep's config, then each job's twice: validation, launch
     assert once_loads == 1 + 3
+
+
+def test_a_kept_config_resolves_now_as_the_sweep_did(multirun, tmp_path):
+    """The sweep's folder is named by `${now:}` to the microsecond: each job resolves it from the cache
+    copied from the sweep's config when it was composed (Hydra's `copy_cache`), so a kept config must
+    carry that cache through its pickling, or the job writes to a folder of its own moment."""
+    with sweep_composes_once():
+        multirun(["workload.num_requests=10,20"], "stamped/${now:%H-%M-%S.%f}")
+    (sweep_dir,) = (tmp_path / "stamped").iterdir()
+    assert [d.parent for d in multirun.out_dirs] == [sweep_dir, sweep_dir]
 
 
 def test_a_bad_override_in_the_last_job_stops_the_sweep_before_any_job_runs(multirun):
