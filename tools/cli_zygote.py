@@ -253,14 +253,25 @@ def run(args: list[str], *, cwd: str | os.PathLike[str], timeout: float | None =
     """subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, check=False,
     timeout=timeout, input=input, env=env), forked from the zygote when `args` is `-m module ...` and the
     environment is the zygote's; a real subprocess otherwise. `on_fork(pid)`, when given, is called with the
-    forked command's pid once it runs (a caller running this in a thread can kill the command)."""
+    command's pid once it runs, forked or not (a caller running this in a thread can signal the command)."""
     args = [str(a) for a in args]
     zygote = _get() if AVAILABLE and len(args) >= 2 and args[0] == "-m" else None
     wanted = dict(os.environ if env is None else env)
     if zygote is None or _drop(wanted) != _drop(zygote.env):
         _state["real"] += 1
-        return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, check=False,
-                              timeout=timeout, input=input, env=env)
+        if on_fork is None:
+            return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, check=False,
+                                  timeout=timeout, input=input, env=env)
+        with subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.PIPE if input is not None else None) as proc:
+            on_fork(proc.pid)
+            try:
+                out, err = proc.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired:  # as subprocess.run does
+                proc.kill()
+                out, err = proc.communicate()
+                raise subprocess.TimeoutExpired(proc.args, timeout or 0, output=out, stderr=err) from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     cmd = [sys.executable, *args]
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout, \
             tempfile.TemporaryFile() as stderr:

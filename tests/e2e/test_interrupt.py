@@ -1,7 +1,7 @@
 """A long run stopped midway keeps every record it made: SIGTERM loses nothing, SIGKILL at most a buffer.
 
 Each run is `python -m harness` forked from the CLI zygote (tools/cli_zygote.py: the harness's own signal
-handlers, installed by the command as in a new process), in a thread; tests/e2e/with_pid.py tells its pid.
+handlers, installed by the command as in a new process), in a thread; `on_fork` tells its pid.
 """
 
 from __future__ import annotations
@@ -30,22 +30,27 @@ class _Run:
     """The command running in the background: its pid, `poll()` and `communicate()` as a Popen's."""
 
     def __init__(self, run_dir: Path) -> None:
-        pid_file = run_dir.parent / f"{run_dir.name}.pid"
         self.done: subprocess.CompletedProcess[str] | None = None
         self.failed: BaseException | None = None
+        started = threading.Event()
+        self.pid = -1
+
+        def forked(pid: int) -> None:
+            self.pid = pid
+            started.set()
 
         def run() -> None:
             try:
-                self.done = cli_zygote.run(["-m", "tests.e2e.with_pid", str(pid_file), "harness",
-                                            f"hydra.run.dir={run_dir}", *LONG], cwd=ROOT, timeout=300)
+                self.done = cli_zygote.run(["-m", "harness", f"hydra.run.dir={run_dir}", *LONG], cwd=ROOT,
+                                           timeout=300, on_fork=forked)
             except BaseException as err:  # re-raised in the test's thread
                 self.failed = err
+            finally:
+                started.set()
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
-        while not pid_file.exists() and self.thread.is_alive():
-            time.sleep(0.005)
-        self.pid = int(pid_file.read_text()) if pid_file.exists() else -1
+        started.wait()
 
     def poll(self) -> int | None:
         return None if self.thread.is_alive() else self.communicate(0)[0]
