@@ -30,9 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's harness, not an installed one
+
+import harness
+
+harness.command_environment()  # before numpy and pyarrow load: measured as `python -m harness` runs
+
+from hydra import compose, initialize_config_dir
 
 from harness import clock as clock_module
 from harness.schema import register_configs

@@ -165,16 +165,14 @@ def test_ray_sweep_report_equals_the_basic_launchers(ray_sweep, basic_sweep):
     assert sorted(on_ray["deployment.router.threshold_tokens"]) == THRESHOLDS
     assert (on_ray["completed"] == 50).all()
     assert on_ray["throughput_rps"].nunique() == len(THRESHOLDS)  # the sweep really varied something
-    # The emulator's records are equal to the bit. The planner's columns in the summaries may differ in
-    # the last bits: Ray workers run BLAS single-threaded (OMP_NUM_THREADS=1), which can sum a dot
-    # product in another order; 1e-12 relative is far below anything the planner resolves.
-    pd.testing.assert_frame_equal(on_ray, local, check_exact=False, rtol=1e-12, atol=0)
+    # Equal to the bit, the planner's columns too: its mean length no longer depends on how many BLAS
+    # threads the process runs (Ray's workers one, OMP_NUM_THREADS=1; a command one by default).
+    pd.testing.assert_frame_equal(on_ray, local, check_exact=True)
     for name in on_ray["run_name"]:  # the same run directories, request for request
         pd.testing.assert_frame_equal(pd.read_parquet(ray_dir / name / "requests.parquet"),
                                       pd.read_parquet(basic_sweep / name / "requests.parquet"), check_exact=True)
         pd.testing.assert_frame_equal(pd.read_parquet(ray_dir / name / "summary.parquet"),
-                                      pd.read_parquet(basic_sweep / name / "summary.parquet"),
-                                      check_exact=False, rtol=1e-12, atol=0)
+                                      pd.read_parquet(basic_sweep / name / "summary.parquet"), check_exact=True)
         assert (ray_dir / name / ".hydra" / "overrides.yaml").is_file()
 
 

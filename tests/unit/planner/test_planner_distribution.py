@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy  # scipy.stats and scipy.integrate import on first use (~0.7 s): only where these tests run
@@ -49,3 +53,24 @@ def test_paper_law_against_numerical_integration(paper_lengths, t):
 def test_bad_distributions(values, weights, message):
     with pytest.raises(InputError, match=message):
         LengthDistribution(np.array(values), np.array(weights))
+
+
+_MEAN = """
+import numpy as np
+from harness.planner import LengthDistribution
+rng = np.random.default_rng(7)
+values, weights = rng.lognormal(9.9, 1.0, 200_000), rng.random(200_000)
+print(repr(LengthDistribution(values, weights).mean))
+"""
+
+
+def test_mean_is_the_same_whatever_blas_threads_the_machine_runs():
+    """The plan's decode context (Eq. 5) starts from the mean length: it must not depend on how many cores
+    the machine has. A BLAS dot product over 200,000 points splits the sum across OpenBLAS's threads (one
+    per core), and the one- and two-thread sums differed in the last bit on a 2-core machine."""
+    outs = set()
+    for threads in ("1", "2"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads}
+        outs.add(subprocess.run([sys.executable, "-c", _MEAN], env=env, capture_output=True, text=True,
+                                check=True, timeout=120).stdout)
+    assert len(outs) == 1, outs
