@@ -81,7 +81,31 @@ def one_line(text: str, limit: int = 400) -> str:
 _signalled: list[int] = []  # signals received since install_signal_handlers
 
 
+_deferring: list[bool] = [False]  # True while a dropped interrupt is being sent again (see install_signal_handlers)
+
+
+def _send_again(signum: int) -> None:
+    """Send `signum` to the main thread again ~1 ms from now, from another thread: sent from the main
+    thread, the handler would run at once, still where its exception is dropped. The main thread runs it at
+    its next check (a blocking call is interrupted, as by the first signal), by then back in the code the
+    callback interrupted."""
+    import threading
+    import time
+
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def trip() -> None:
+        time.sleep(0.001)
+        signal.pthread_kill(main, signum)
+
+    threading.Thread(target=trip, name="harness-signal-again", daemon=True).start()
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    if _deferring[0]:  # the hook below has not returned yet: its exception would be dropped too
+        _send_again(signum)
+        return
     _signalled.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -121,8 +145,28 @@ def install_signal_handlers() -> Callable[[], None]:
     except ValueError:  # not the main thread (an embedding application): leave its signals alone
         pass
     _signalled.clear()
+    previous_hook = sys.unraisablehook
+
+    def send_again(unraisable: Any) -> None:
+        # A signal can land inside a callback whose exceptions Python prints and drops (a weakref callback
+        # such as importlib's module-lock cleanup, a __del__): the Ctrl-C would be lost and a traceback
+        # printed. Sent again instead, it stops the command from the code the callback interrupted.
+        error = unraisable.exc_value
+        if _signalled and isinstance(error, KeyboardInterrupt) and error.args == (f"signal {_signalled[-1]}",):
+            _deferring[0] = True
+            try:
+                _send_again(_signalled.pop())
+            finally:
+                _deferring[0] = False
+        else:
+            previous_hook(unraisable)
+
+    if previous:
+        sys.unraisablehook = send_again
 
     def restore() -> None:
+        if sys.unraisablehook is send_again:
+            sys.unraisablehook = previous_hook
         for sig, old in previous.items():
             try:
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
