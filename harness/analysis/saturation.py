@@ -35,6 +35,9 @@ import pandas as pd
 
 from harness.analysis.metrics import completed_mask
 
+# The requests columns `closed_loop_capacity` reads (a run read back from requests.parquet reads only these).
+COLUMNS = ("arrival_s", "finish_s", "error", "route", "prefill_instance", "prefill_start_s", "prefill_end_s")
+
 # A route's prefill pool at least this busy in its window sets the route's pace (the same 90% below
 # which the saturation summary calls a bottleneck pool starved: harness/deploy/capacity.py).
 BUSY_POOL = 0.9

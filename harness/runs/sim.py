@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from harness.analysis.columns import Frame, ParquetColumns
 from harness.analysis.frames import requests_frame
+from harness.analysis.saturation import COLUMNS as SATURATION_COLUMNS
 from harness.analysis.timeseries import bin_edges, build_timeseries, link_series
 from harness.clock import VirtualClock
 from harness.deploy.build import build
@@ -198,8 +199,8 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         timeseries = build_timeseries(frame, t_end=t_end, **ts_args, link_columns=link_columns)
         del link_columns
     if saturate:
-        arrivals = frame.frame(("arrival_s",)) if isinstance(frame, ParquetColumns) else frame
-        meta["saturation"] = saturation_meta(cfg, arrivals, timeseries, plan, int(concurrency or 0))
+        loop = frame.frame(SATURATION_COLUMNS) if isinstance(frame, ParquetColumns) else frame
+        meta["saturation"] = saturation_meta(cfg, loop, timeseries, plan, int(concurrency or 0))
     if isinstance(frame, ParquetColumns):
         frame.release()  # the summary reads its columns afresh, a few at a time
     return RunResult(frame, timeseries, meta, streams, requests_written=written)

@@ -34,16 +34,20 @@ def test_mooncake_conversation_capacity_is_the_same_at_4x_the_automatic_in_fligh
 
 
 def test_a_run_directory_reads_the_same_capacity_as_memory(tmp_path):
-    """The summary of a streamed run reads its frame back from Parquet: the prefill stamps the
-    mean-request count needs must be among the columns it reads."""
+    """The summary of a streamed run (every command's) reads its frame back from Parquet: the prefill
+    stamps the mean-request count needs must be among the columns it reads, and so must the saturation
+    keys' (route, finish and prefill stamps: reading the arrivals alone left the window NaN, the route and
+    its count out, and each pool's utilisation read over the whole run)."""
     cfg = compose_cfg("loadgen.rate_rps=inf", "deployment=prfaas_pd", "workload=mooncake_conversation",
                       "workload.num_requests=1500")
     memory = run_sim(cfg)
     streamed = run_sim(cfg, run_dir=tmp_path)
     assert streamed.requests_written
-    rates = [summarize(r.requests, r.timeseries, r.meta, cfg.analysis)["steady_throughput_rps"]
-             for r in (memory, streamed)]
-    assert rates[1] == pytest.approx(rates[0], rel=1e-9)
+    summaries = [summarize(r.requests, r.timeseries, r.meta, cfg.analysis) for r in (memory, streamed)]
+    assert summaries[1]["steady_throughput_rps"] == pytest.approx(summaries[0]["steady_throughput_rps"], rel=1e-9)
+    saturation = [{k: v for k, v in s.items() if k.startswith("saturation_")} for s in summaries]
+    assert saturation[0]["saturation_route"] == "prfaas" and saturation[0]["saturation_window_end_s"] > 0
+    assert saturation[1] == saturation[0]
 
 
 def test_too_few_in_flight_is_reported_as_starved():
