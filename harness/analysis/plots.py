@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -24,6 +25,13 @@ _DPI = 110
 # seaborn's "colorblind" palette (the same ten colours, without importing seaborn and pyplot: ~0.4 s).
 _COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", "#FBAFE4", "#949494",
                "#ECE133", "#56B4E9")
+
+
+def _legend(ax: Axes, **kwargs: Any) -> None:
+    """A legend when something is labelled (a run with no completed request draws no curve: matplotlib
+    would warn "No artists with labels found")."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
 
 
 def _cycle(colors: Sequence[object], n: int) -> list[tuple[float, float, float]]:
@@ -63,7 +71,7 @@ def throughput_vs_load(df: pd.DataFrame, ax: Axes) -> None:
     ax.set_xlabel("offered load (req/s)")
     ax.set_ylabel("steady throughput (req/s)")
     ax.set_title("Throughput vs offered load")
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     ax.grid(alpha=0.3)
 
 
@@ -79,7 +87,7 @@ def ttft_vs_load(df: pd.DataFrame, ax: Axes) -> None:
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
     ax.set_title("TTFT vs offered load")
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     ax.grid(alpha=0.3, which="both")
 
 
@@ -98,7 +106,7 @@ def ttft_cdf(requests: Mapping[str, pd.DataFrame], ax: Axes, title: str = "TTFT 
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     ax.grid(alpha=0.3)
 
 
@@ -112,7 +120,7 @@ def egress_timeseries(ts: pd.DataFrame, ax: Axes, title: str = "Cross-DC egress"
     ax.set_ylabel("Gbps (1e9 bit/s)")
     ax.set_ylim(bottom=0)
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     ax.grid(alpha=0.3)
 
 
@@ -137,7 +145,7 @@ def table6_comparison(df: pd.DataFrame) -> Figure:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, axis="y")
         if i == 0:
-            ax.legend(fontsize="small")
+            _legend(ax, fontsize="small")
     fig.suptitle("Table 6: harness vs paper")
     return fig
 
@@ -163,7 +171,7 @@ def plan_threshold(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = N
     ax.set_ylabel("throughput bound (req/s)")
     ax.set_ylim(bottom=0, top=max(1.0, 3 * top))
     ax.set_title(_plan_title("Planner: threshold sweep", df))
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     ax.grid(alpha=0.3)
 
 
@@ -184,7 +192,7 @@ def plan_split(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = None)
     ax.set_xlabel("PD-P instances N_p")
     ax.set_ylabel("throughput bound (req/s)")
     ax.set_title(_plan_title("Planner: P/D split sweep", df))
-    ax.legend(fontsize="small")
+    _legend(ax, fontsize="small")
     ax.grid(alpha=0.3)
 
 
@@ -236,7 +244,7 @@ def kv_throughput(df: pd.DataFrame, ax: Axes) -> None:
     hardware = df["hardware"].dropna().astype(str).unique() if "hardware" in df.columns else []
     ax.set_title("KV throughput per prefill instance" + (f" ({', '.join(hardware)})" if len(hardware) else "")
                  + "; lines: cost model, dots: measured")
-    ax.legend(fontsize="x-small", ncol=2)
+    _legend(ax, fontsize="x-small", ncol=2)
     ax.grid(alpha=0.3, which="both")
 
 
@@ -310,7 +318,7 @@ def sweep_lines(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] |
     ax.set_ylabel(f"{label.removesuffix(' (req/s)')}, goodput (req/s)" if goodput else label)
     ax.set_ylim(bottom=0)
     ax.set_title(f"{label.split(' (')[0].capitalize()} vs {param_label(param)}")
-    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    _legend(ax, fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3)
 
 
@@ -326,7 +334,7 @@ def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] | 
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
     ax.set_title(f"TTFT vs {param_label(param)}")
-    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    _legend(ax, fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3, which="both")
 
 

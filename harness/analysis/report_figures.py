@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -179,6 +180,9 @@ def write_figures(report: pd.DataFrame, out_dir: str | os.PathLike[str], roots: 
             from harness.analysis.timeline import timeline
 
             emit("fig_timeline.png", timeline(report, categories[0]))
+        elif len(categories) > 1:
+            notes.append(f"skipped fig_timeline.png: a timeline compares runs over exactly 1 swept category besides "
+                         f"the deployment, the sweep varies {', '.join(categories)}")
     return notes
 
 
@@ -201,7 +205,9 @@ def _deployment_figures(report: pd.DataFrame, out: Path, emit: Callable[[str, ob
     ts = r.read_timeseries(pick[1]) if pick else None
     if pick and ts is not None and len(ts):
         fig, ax = plots.new_axes((9, 4))
-        plots.egress_timeseries(ts, ax, title=f"Cross-DC egress: {pick[0]} near capacity ({Path(pick[1]).name})")
+        # the run's folder names its overrides: on lines of their own, wrapped at the commas, so a long one fits
+        run = textwrap.fill(Path(pick[1]).name.replace(",", ", "), width=100)
+        plots.egress_timeseries(ts, ax, title=f"Cross-DC egress: {pick[0]} near capacity\n{run}")
         emit("fig_egress_timeseries.png", fig)
     else:
         notes.append("skipped fig_egress_timeseries.png: no PrfaaS-PD run with a timeseries.parquet")

@@ -61,6 +61,15 @@ def test_ttft_cdf_uses_completed_requests_only(plots):
     assert y == pytest.approx([1 / 3, 2 / 3, 1.0])
 
 
+def test_a_run_with_no_completed_request_gets_an_empty_cdf_without_a_warning(plots, recwarn):
+    """An interrupted live run: nothing to draw, and no "No artists with labels found" from the legend."""
+    req = pd.DataFrame({"ttft_s": [np.nan, np.nan], "error": ["interrupted", "interrupted"]})
+    _fig, ax = plots.new_axes()
+    plots.ttft_cdf({"a": req}, ax)
+    assert ax.get_legend() is None and not lines_by_label(ax)
+    assert not [w for w in recwarn if "No artists with labels" in str(w.message)]
+
+
 def test_egress_timeseries_draws_egress_and_capacity(plots):
     ts = pd.DataFrame({"t_s": [0.0, 1.0, 2.0], "egress_gbps": [5.0, 12.0, 3.0],
                        "link_capacity_gbps": [100.0, 50.0, 50.0]})

@@ -266,9 +266,13 @@ def test_categorical_sweep_keys_split_the_points_but_get_no_axis(plots, tmp_path
                 meta["workload"] = workload
                 write_run(run_dir, req, ts, meta, {"figures": False})
                 job += 1
-    report, _text = rep.write_report([tmp_path], out_dir=tmp_path)
+    report, text = rep.write_report([tmp_path], out_dir=tmp_path)
     params = rep.sweep_params(report)
     assert params == ["workload", "deployment.router.flag", "workload.arrivals.cv"]
+    # two categories: no timeline, and the report says why
+    assert not (tmp_path / "fig_timeline.png").exists()
+    assert ("skipped fig_timeline.png: a timeline compares runs over exactly 1 swept category besides the "
+            "deployment, the sweep varies workload, deployment.router.flag") in text
     assert rep.numeric_params(report, params) == ["workload.arrivals.cv"]
     table = rep.sweep_table(report).set_index(["workload", "deployment.router.flag", "workload.arrivals.cv"])
     assert table.loc[("b", True, 4.0), "steady_rps"] == pytest.approx(6.0, rel=0.05)
