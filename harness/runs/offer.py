@@ -52,6 +52,10 @@ def make_offer(cfg: Any, stream: bool = False) -> Offer:
     require(lg.concurrency is None or lg.concurrency >= 1,
             f"loadgen.concurrency must be >= 1 (or null for open loop), got {lg.concurrency}")
     require(lg.warmup_s >= 0, f"loadgen.warmup_s must be >= 0, got {lg.warmup_s}")
+    require(lg.concurrency is None or lg.rate_rps is None,
+            f"loadgen.concurrency={lg.concurrency} (a closed loop: that many requests in flight) and "
+            f"loadgen.rate_rps={lg.rate_rps} (arrivals at a rate; inf: a capacity run) exclude each other: set "
+            f"one (a rate with an in-flight cap: loadgen.rate_rps with loadgen.max_concurrency, live and url runs)")
     saturate = lg.rate_rps is not None and math.isinf(lg.rate_rps)
     concurrency = saturation_in_flight(cfg) if saturate else lg.concurrency
     concurrency = int(concurrency) if concurrency is not None else None

@@ -36,3 +36,11 @@ def test_native_timing_offers_the_arrival_span_rate():
 def test_bad_values_name_their_key(compose_cfg, override, key):
     with pytest.raises(InputError, match=key):
         make_offer(compose_cfg((*BASE, override)))
+
+
+@pytest.mark.parametrize("rate", ["5", "inf"])
+def test_a_closed_loop_and_a_rate_are_not_both_taken(compose_cfg, rate):
+    """Before, the closed loop ignored the rate (the summary still said offered_rps=5), and a capacity run
+    ignored the concurrency (it sized its own in-flight count)."""
+    with pytest.raises(InputError, match=r"loadgen.concurrency=2 .* and loadgen.rate_rps=.* exclude each other"):
+        make_offer(compose_cfg((*BASE, "loadgen.concurrency=2", f"loadgen.rate_rps={rate}")))
