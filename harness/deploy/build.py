@@ -145,6 +145,8 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     prfaas = dep.prfaas
     n_prfaas = int(prfaas.instances) if prfaas is not None else 0
     prfaas_profile = inputs.remote
+    # the RDMA link's inputs are this key's: named here (the link would name its own fields)
+    require(float(local.rdma_gbps) > 0, f"deployment.local.rdma_gbps must be > 0, got {local.rdma_gbps}")
     rdma = Link(clock, float(local.rdma_gbps) * local.instances, per_connection_gbps=float(local.rdma_gbps),
                 name="rdma")
     deployment = Deployment(

@@ -119,7 +119,8 @@ class Link:
     @classmethod
     def from_config(cls, clock: Clock, cfg: Any) -> Link:
         """Build from a `link` config node (`harness.deploy.schema.LinkConfig`; RTT in ms)."""
-        return cls(clock, cfg.capacity_gbps, rtt_s=cfg.rtt_ms / 1e3, connections=cfg.connections,
+        return cls(clock, cfg.capacity_gbps, rtt_s=link_inputs.number("rtt_ms", cfg.rtt_ms) / 1e3,
+                   connections=cfg.connections,
                    per_connection_gbps=cfg.per_connection_gbps, loss_rate=cfg.loss_rate,
                    mss_bytes=cfg.mss_bytes, capacity_schedule=cfg.capacity_schedule,
                    name=cfg.name)

@@ -396,3 +396,15 @@ def test_cancelled_flows_free_the_link_and_never_complete():
     clock.run()
     # b had 0.25 MB by 0.5 s, then the whole link: 0.75 MB more at 1 MB/s
     assert done == [("b", pytest.approx(1.25))]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("link.rtt_ms=-5", "link.rtt_ms must be a finite number >= 0, got -5.0"),  # was "link.rtt_s ... got -0.005"
+    ("deployment.local.rdma_gbps=0", "deployment.local.rdma_gbps must be > 0, got 0.0"),  # was link.per_connection_gbps
+])
+def test_a_bad_link_setting_is_named_by_its_own_key(compose_cfg, override, message):
+    from harness.deploy.build import build
+
+    with pytest.raises(InputError) as err:
+        build(compose_cfg([override, "workload.num_requests=5"]), VirtualClock())
+    assert str(err.value) == message
