@@ -30,6 +30,8 @@ REQUESTS_FILE = "requests.parquet"
 PARTS_DIR = REQUESTS_FILE + ".parts"
 REPORT_FILE = "report.parquet"
 PLAN_FILE = "plan.json"
+# Columns every report has (collect adds them): what tells a report.parquet from another Parquet file.
+REPORT_COLUMNS = ("deployment", "load_rps")
 # Where a run is on its load axis: `at:` selectors of the report table and the gates.
 SELECTORS = ("lowest_load", "highest_load", "near_capacity", "all")
 # A run counts as "near capacity" when its load is at most this much above the measured capacity.
@@ -144,9 +146,23 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         if not existing:
             raise InputError(f"no run directory (a folder with {SUMMARY_FILE}) and no {REPORT_FILE} under "
                              f"{choices(roots)}")
-        return pd.concat([read_table(p) for p in existing], ignore_index=True)
+        return pd.concat([read_report(p) for p in existing], ignore_index=True)
     report = pd.DataFrame(rows)
     report["load_rps"] = load_rps(report)
+    return report
+
+
+def read_report(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """A report.parquet written by `harness-report` (or the report callback); any other Parquet file (a run's
+    summary.parquet or requests.parquet, a trace) is an InputError that says what is expected."""
+    path = Path(path)
+    report = read_table(path)
+    missing = [c for c in REPORT_COLUMNS if c not in report.columns]
+    if missing:
+        hint = (f"; for this run give its folder {path.parent}"
+                if path.name in (SUMMARY_FILE, REQUESTS_FILE) and (path.parent / SUMMARY_FILE).is_file() else "")
+        raise InputError(f"{path}: not a sweep report (missing column(s) {choices(missing)}); expected a run "
+                         f"directory (a folder with {SUMMARY_FILE}), a sweep directory or a {REPORT_FILE}{hint}")
     return report
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -92,6 +93,28 @@ def test_no_runs_is_an_input_error_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         report_cli([str(tmp_path)])
     assert exc.value.code == 2 and "error: no run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["summary.parquet", "requests.parquet", "timeseries.parquet"])
+def test_a_parquet_that_is_not_a_report_is_bad_input_for_report_and_gate(sweep, capsys, name):
+    """A run's own Parquet files given in place of a report: exit 2 naming the file, the missing column and what
+    is expected (was a KeyError crash, exit 1); the run's folder still reports."""
+    from harness.gate import run as gate_cli
+
+    run_dir = sweep / "0_homogeneous_pd_1.0"
+    gate = str(Path(__file__).resolve().parents[3] / "conf" / "gates" / "paper_case.yaml")
+    for command in (lambda: report_cli([str(run_dir / name), "--no-figures"]),
+                    lambda: gate_cli([str(run_dir / name), "--gate", gate])):
+        with pytest.raises(SystemExit) as exc:
+            command()
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1, err
+        assert f"error: {run_dir / name}: not a sweep report (missing column(s) load_rps)" in err
+        assert "a run directory" in err and "a sweep directory or a report.parquet" in err
+        assert (f"give its folder {run_dir}" in err) is (name != "timeseries.parquet")
+    assert not (run_dir / "report.parquet").exists()
+    assert report_cli([str(run_dir), "--no-figures"]) == 0
+    assert "0_homogeneous_pd_1.0" in capsys.readouterr().out
 
 
 def test_cdf_runs_pick_a_common_moderate_load(shared_sweep):
