@@ -117,6 +117,29 @@ def test_a_parquet_that_is_not_a_report_is_bad_input_for_report_and_gate(sweep, 
     assert "0_homogeneous_pd_1.0" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--paper", "/nonexistent.yaml"], "error: --paper /nonexistent.yaml: no such file; give a gate file"),
+    (["--paper", "conf/gates/paper_case.yaml"], "error: --paper conf/gates/paper_case.yaml: no reference targets"),
+    (["--baseline", "foo"],
+     "error: --baseline foo: not a deployment in the report; present: homogeneous_pd, prfaas_pd, naive_hetero"),
+])
+def test_a_chosen_paper_file_or_baseline_that_cannot_be_used_is_bad_input(shared_sweep, tmp_path, capsys, args,
+                                                                          message):
+    """Was exit 0 with fig_table6 skipped or the ratio column dropped, silently; nothing is written."""
+    with pytest.raises(SystemExit) as exc:
+        report_cli([str(shared_sweep), "--out", str(tmp_path), "--no-figures", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_chosen_paper_file_and_baseline_are_used(shared_sweep, tmp_path, capsys):
+    """The ratio column is named after the chosen baseline; a paper file with targets is accepted."""
+    assert report_cli([str(shared_sweep), "--out", str(tmp_path), "--no-figures", "--baseline", "prfaas_pd",
+                       "--paper", "conf/gates/paper_table6.yaml"]) == 0
+    assert "x_prfaas_pd" in capsys.readouterr().out
+
+
 def test_cdf_runs_pick_a_common_moderate_load(shared_sweep):
     """60% of the smallest capacity (2.0) is 1.2 req/s: the common load closest to it is 1.0."""
     load, chosen = rep.cdf_runs(rep.build_report([shared_sweep]))
