@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from harness.analysis.metrics import METRICS, capacity_rps
-from harness.analysis.runs import SELECTORS, deployment_runs, deployments, select_runs
+from harness.analysis.runs import SELECTORS, deployment_runs, deployments, read_yaml, select_runs
 from harness.errors import InputError, choices
 
 # Metrics computed per deployment from its whole sweep (not read off one run).
@@ -111,10 +110,7 @@ def load_gate(path: str | os.PathLike[str]) -> Gate:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"gate file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"gate file {path}: not YAML: {err}") from err
+    doc = read_yaml(path, "gate file")
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list) or not doc["checks"]:
         raise InputError(f"gate file {path}: needs a non-empty list under key 'checks'")
     unknown_top = set(doc) - {"name", "description", "checks"}

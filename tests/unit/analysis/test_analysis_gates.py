@@ -162,6 +162,24 @@ def test_gate_cli_exits_2_on_a_bound_that_is_no_column(tmp_path, shared_sweep, c
                                    f"'foo_col', neither a number nor a numeric column of the report")
 
 
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("bad.yaml", "checks:\n  - {metric: x, min: 1\n  - {metric: y}\n",
+     ", line 3, column 5: not valid YAML: expected ',' or '}', but got '{' (while parsing a flow mapping from line 2)"),
+    ("g.jsonl", '{"metric": "x"}\n{"metric": "y"}\n',
+     ", line 2, column 1: not valid YAML: expected '<document start>', but found '{': a second document"),
+    ("g.parquet", b"PAR1\x15\x04\xff\xfe", ": not a YAML text file (byte 6 is not UTF-8)"),
+])
+def test_a_gate_file_that_is_not_yaml_is_one_line_naming_the_line(tmp_path, shared_sweep, capsys, name, text, message):
+    """Was PyYAML's own text: 8 lines (4 for JSON Lines), a traceback-like caret display."""
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(SystemExit) as exc:
+        gate_cli([str(shared_sweep), "--gate", str(path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: gate file {path}{message}")
+
+
 def test_gate_cli_passes_on_a_good_sweep_and_fails_naming_the_check_on_a_worse_one(tmp_path, sweep_factory,
                                                                                   good_spec, capsys):
     gate = write_gate(tmp_path, [

@@ -133,6 +133,21 @@ def test_a_chosen_paper_file_or_baseline_that_cannot_be_used_is_bad_input(shared
     assert not list(tmp_path.iterdir())
 
 
+def test_a_paper_file_or_hydra_overrides_that_are_not_yaml_are_one_line_naming_the_line(sweep, tmp_path, capsys):
+    """Was PyYAML's own text over 8 lines."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("checks:\n  - {metric: x, min: 1\n  - {metric: y}\n")
+    overrides = sweep / "4_prfaas_pd_2.5" / ".hydra" / "overrides.yaml"
+    overrides.write_text("- deployment=prfaas_pd\n- [loadgen.rate_rps=2.5\n")
+    for args, message in (([str(sweep), "--paper", str(bad)], f"error: gate file {bad}, line 3, column 5: not valid "
+                                                                f"YAML: expected ',' or '}}', but got '{{'"),
+                          ([str(sweep)], f"error: Hydra overrides {overrides}, line 3, column 1: not valid YAML: ")):
+        with pytest.raises(SystemExit) as exc:
+            report_cli([*args, "--no-figures"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1, err
+
+
 def test_a_chosen_paper_file_and_baseline_are_used(shared_sweep, tmp_path, capsys):
     """The ratio column is named after the chosen baseline; a paper file with targets is accepted."""
     assert report_cli([str(shared_sweep), "--out", str(tmp_path), "--no-figures", "--baseline", "prfaas_pd",
