@@ -25,7 +25,7 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from harness.analysis import gates, runs
 
-    gate = gates.load_gate(_gate_file(args.gate))  # a bad gate file fails before any data is read
+    gate = gates.load_gate(gate_file(args.gate))  # a bad gate file fails before any data is read
     report = runs.collect(args.dirs)
     results = gates.evaluate(gate, report, runs.collect_plans(args.dirs, report))
     print(f"gate {gate.name} ({gate.path}) on {', '.join(args.dirs)}")
@@ -33,7 +33,7 @@ def run(argv: list[str] | None = None) -> int:
     return 0 if all(res.passed for res in results) else 1
 
 
-def _gate_file(path: str) -> str:
+def gate_file(path: str) -> str:
     """A relative path that is not under the current directory but is in the harness's own conf/ tree
     (`conf/gates/...`, installed or source) means that file."""
     from pathlib import Path

@@ -2,11 +2,13 @@
 
 A check names a metric, a deployment, optionally another deployment to divide by (`relative_to`),
 where on the load sweep to read it (`at`), and bounds (`min`, `max`, or `target` with `rel_tol` /
-`abs_tol`). `min`/`max` may also name a report column of the same run (`max: link_capacity_gbps`).
+`abs_tol`). `min`/`max` may also name a numeric report column of the same run (`max: link_capacity_gbps`);
+anything else (`min: abc`, a plan or whole-sweep check with a column, `min` above `max`) is bad input.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from dataclasses import dataclass, field
@@ -15,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from harness.analysis.metrics import METRICS, capacity_rps
-from harness.analysis.runs import SELECTORS, deployment_runs, deployments, select_runs
+from harness.analysis.runs import SELECTORS, deployment_runs, deployments, read_yaml, select_runs
 from harness.errors import InputError, choices
 
 # Metrics computed per deployment from its whole sweep (not read off one run).
@@ -109,10 +110,7 @@ def load_gate(path: str | os.PathLike[str]) -> Gate:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"gate file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"gate file {path}: not YAML: {err}") from err
+    doc = read_yaml(path, "gate file")
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list) or not doc["checks"]:
         raise InputError(f"gate file {path}: needs a non-empty list under key 'checks'")
     unknown_top = set(doc) - {"name", "description", "checks"}
@@ -157,6 +155,14 @@ def _parse_check(raw: Any, index: int, where: str) -> Check:
             kw[key] = _number(raw[key], where, key)
     if kw.get("min") is None and kw.get("max") is None and kw.get("target") is None:
         raise InputError(f"{where}: needs a bound: 'min', 'max' or 'target'")
+    low, high = kw.get("min"), kw.get("max")
+    if isinstance(low, float) and isinstance(high, float) and low > high:
+        raise InputError(f"{where}: key 'min' ({_fmt(low)}) is above key 'max' ({_fmt(high)}): no value can pass")
+    for key in ("min", "max"):
+        if isinstance(kw.get(key), str) and (kw["metric"] in SWEEP_METRICS or kw["source"] == "plan"):
+            what = f"{kw['metric']} is a whole-sweep metric" if kw["metric"] in SWEEP_METRICS else "a plan check"
+            raise InputError(f"{where}: key {key!r} is {kw[key]!r}, a report column, but {what} (no run to read "
+                             f"the column from); give a number")
     if kw.get("target") is not None and kw.get("rel_tol") is None and kw.get("abs_tol") is None:
         raise InputError(f"{where}: key 'target' needs 'rel_tol' or 'abs_tol'")
     if (kw.get("rel_tol") is not None or kw.get("abs_tol") is not None) and kw.get("target") is None:
@@ -202,7 +208,35 @@ def _source(check: Check, report: pd.DataFrame, plans: pd.DataFrame) -> str:
 def evaluate(gate: Gate, report: pd.DataFrame, plans: pd.DataFrame | None = None) -> list[Result]:
     """Evaluate every check of the gate on a report (one row per run) and planner outputs."""
     plans = plans if plans is not None else pd.DataFrame()
+    _check_column_bounds(gate, report, plans)
     return [_evaluate(check, report, plans) for check in gate.checks]
+
+
+def _numeric_column(report: pd.DataFrame, column: str) -> bool:
+    values = report[column].dropna()
+    return not pd.api.types.is_bool_dtype(values) and bool(pd.to_numeric(values, errors="coerce").notna().all())
+
+
+def _check_column_bounds(gate: Gate, report: pd.DataFrame, plans: pd.DataFrame) -> None:
+    """A `min`/`max` that is not a number must name a numeric column of the report, read from the same run: an
+    InputError naming the gate file, the check and the key before any check is evaluated (not a failed check)."""
+    numeric: list[str] | None = None
+    for check in gate.checks:
+        for key in ("min", "max"):
+            bound = getattr(check, key)
+            if not isinstance(bound, str):
+                continue
+            where = f"gate file {gate.path}, check {check.index} ({check.label()})"
+            if _source(check, report, plans) == "plan":
+                raise InputError(f"{where}: key {key!r} is {bound!r}, a report column, but the metric is read from "
+                                 f"the plan (no run to read the column from); give a number")
+            if numeric is None:
+                numeric = [str(c) for c in report.columns if _numeric_column(report, c)]
+            if bound not in numeric:
+                close = difflib.get_close_matches(bound, numeric, n=1)
+                raise InputError(f"{where}: key {key!r} is {bound!r}, neither a number nor a numeric column of the "
+                                 f"report" + (f" (did you mean {close[0]}?)" if close else "")
+                                 + f"; numeric columns: {choices(sorted(numeric))}")
 
 
 def _deployment(check: Check, names: list[str]) -> str:

@@ -46,6 +46,7 @@ from harness.analysis.report_tables import (
     sweep_params,
     sweep_table,
 )
+from harness.errors import InputError, choices
 
 __all__ = [
     "BASELINE", "CONFIG_COLUMNS", "LOAD_PARAM", "PAPER_FILE", "RUN_COLUMNS", "SWEEP_COLUMNS", "build_report",
@@ -61,10 +62,14 @@ def build_report(dirs: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
 
 def write_report(dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
                  figures: bool = True, paper_file: str | os.PathLike[str] | None = PAPER_FILE,
-                 baseline: str = BASELINE) -> tuple[pd.DataFrame, str]:
+                 baseline: str = BASELINE, require_baseline: bool = False) -> tuple[pd.DataFrame, str]:
     """Build the report from the dirs, write report.parquet (and figures) into out_dir (default: the
-    first dir); return the report and the printable text."""
+    first dir); return the report and the printable text. With require_baseline (a baseline the user
+    chose), a baseline that is not a deployment of the report is an InputError, before anything is written."""
     report = build_report(dirs)
+    present = r.deployments(report)
+    if require_baseline and baseline not in present:
+        raise InputError(f"--baseline {baseline}: not a deployment in the report; present: {choices(present)}")
     out = Path(out_dir) if out_dir is not None else Path(dirs[0])
     if out.suffix == ".parquet":
         out = out.parent

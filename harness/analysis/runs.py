@@ -30,6 +30,8 @@ REQUESTS_FILE = "requests.parquet"
 PARTS_DIR = REQUESTS_FILE + ".parts"
 REPORT_FILE = "report.parquet"
 PLAN_FILE = "plan.json"
+# Columns every report has (collect adds them): what tells a report.parquet from another Parquet file.
+REPORT_COLUMNS = ("deployment", "load_rps")
 # Where a run is on its load axis: `at:` selectors of the report table and the gates.
 SELECTORS = ("lowest_load", "highest_load", "near_capacity", "all")
 # A run counts as "near capacity" when its load is at most this much above the measured capacity.
@@ -86,15 +88,36 @@ def _scalar(text: str) -> Any:
     return value if value is None or isinstance(value, (str, int, float, bool)) else text
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: `line L, column C: not valid YAML: <problem> (<context> from line L0)`; its own
+    text spans lines (each mark prints the offending line and a caret under it)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    if problem.startswith("expected '<document start>'"):
+        problem += ": a second document (JSON Lines?); the file must hold one"
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context:
+        problem += f" ({context}" + (f" from line {context_mark.line + 1}" if context_mark is not None else "") + ")"
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}not valid YAML: {problem}"
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """A YAML file's document; not YAML (or not text) is an InputError naming `what`, the file and the line."""
+    try:
+        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise InputError(f"{what} {path}: not a YAML text file (byte {err.start} is not UTF-8)") from err
+    except yaml.YAMLError as err:
+        raise InputError(f"{what} {path}, {yaml_problem(err)}") from err
+
+
 def read_overrides(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Hydra's `.hydra/overrides.yaml` of a run as {key: typed value}; {} when the run has none."""
     path = Path(run_dir) / ".hydra" / "overrides.yaml"
     if not path.exists():
         return {}
-    try:
-        lines = yaml.safe_load(path.read_text()) or []
-    except yaml.YAMLError as err:
-        raise InputError(f"{path}: not YAML: {err}") from err
+    lines = read_yaml(path, "Hydra overrides") or []
     out: dict[str, Any] = {}
     for line in lines:
         text = str(line)
@@ -144,9 +167,23 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
         if not existing:
             raise InputError(f"no run directory (a folder with {SUMMARY_FILE}) and no {REPORT_FILE} under "
                              f"{choices(roots)}")
-        return pd.concat([read_table(p) for p in existing], ignore_index=True)
+        return pd.concat([read_report(p) for p in existing], ignore_index=True)
     report = pd.DataFrame(rows)
     report["load_rps"] = load_rps(report)
+    return report
+
+
+def read_report(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """A report.parquet written by `harness-report` (or the report callback); any other Parquet file (a run's
+    summary.parquet or requests.parquet, a trace) is an InputError that says what is expected."""
+    path = Path(path)
+    report = read_table(path)
+    missing = [c for c in REPORT_COLUMNS if c not in report.columns]
+    if missing:
+        hint = (f"; for this run give its folder {path.parent}"
+                if path.name in (SUMMARY_FILE, REQUESTS_FILE) and (path.parent / SUMMARY_FILE).is_file() else "")
+        raise InputError(f"{path}: not a sweep report (missing column(s) {choices(missing)}); expected a run "
+                         f"directory (a folder with {SUMMARY_FILE}), a sweep directory or a {REPORT_FILE}{hint}")
     return report
 
 

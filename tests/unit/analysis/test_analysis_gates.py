@@ -114,6 +114,10 @@ def test_missing_plan_or_deployment_fails_with_a_reason(tmp_path):
     ([{"metric": "ttft_mean_s", "max": 1, "source": "oracle"}],
      r"check 0: key 'source' is 'oracle'; valid: report, plan"),
     ([], r"non-empty list under key 'checks'"),
+    ([{"metric": "ttft_mean_s", "min": 5, "max": 1}], r"check 0: key 'min' \(5\) is above key 'max' \(1\)"),
+    ([{"metric": "capacity_rps", "deployment": "x", "max": "plan_lambda_max_rps"}],
+     r"check 0: key 'max' is 'plan_lambda_max_rps', a report column, but capacity_rps is a whole-sweep metric"),
+    ([{"metric": "lambda_max_rps", "source": "plan", "min": "x"}], r"check 0: key 'min' is 'x', .* a plan check"),
 ])
 def test_bad_gate_files_name_the_check_and_key(tmp_path, checks, message):
     with pytest.raises(InputError, match=message):
@@ -130,6 +134,50 @@ def test_bad_gate_files_name_the_check_and_key(tmp_path, checks, message):
 def test_checks_that_cannot_be_evaluated_are_input_errors(tmp_path, check, message):
     with pytest.raises(InputError, match=message):
         evaluate(tmp_path, check)
+
+
+@pytest.mark.parametrize(("bound", "message"), [
+    ({"min": "abc"}, r"check 1 \(egress_gbps_mean new\): key 'min' is 'abc', neither a number nor a numeric "
+                     r"column of the report; numeric columns: egress_gbps_mean, link_capacity_gbps, load_rps"),
+    ({"max": "run_name"}, r"check 1 \(egress_gbps_mean new\): key 'max' is 'run_name', neither a number"),
+    ({"max": "lambda_max_rps"}, r"check 1 .*: key 'max' is 'lambda_max_rps', neither"),  # a plan key, not a column
+    ({"max": "link_capacity_gpbs"}, r"check 1 .*: key 'max' is 'link_capacity_gpbs', neither a number nor a numeric "
+                                    r"column of the report \(did you mean link_capacity_gbps\?\)"),
+])
+def test_a_bound_that_names_no_numeric_column_is_bad_input_before_any_check_runs(tmp_path, bound, message):
+    """Was a failed check (`<= abc`, exit 1). Check 0 would itself stop the evaluation (no deployment among
+    several): the bounds are checked first, so the error names check 1."""
+    with pytest.raises(InputError, match=r"gate file .*g\.yaml, " + message):
+        evaluate(tmp_path, {"metric": "ttft_mean_s", "max": 1},
+                 {"metric": "egress_gbps_mean", "deployment": "new", **bound})
+
+
+def test_gate_cli_exits_2_on_a_bound_that_is_no_column(tmp_path, shared_sweep, capsys):
+    gate = write_gate(tmp_path, [{"metric": "egress_gbps_mean", "deployment": "prfaas_pd", "max": "foo_col"}])
+    with pytest.raises(SystemExit) as exc:
+        gate_cli([str(shared_sweep), "--gate", str(gate)])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2 and captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: gate file {gate}, check 0 (egress_gbps_mean prfaas_pd): key 'max' is "
+                                   f"'foo_col', neither a number nor a numeric column of the report")
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("bad.yaml", "checks:\n  - {metric: x, min: 1\n  - {metric: y}\n",
+     ", line 3, column 5: not valid YAML: expected ',' or '}', but got '{' (while parsing a flow mapping from line 2)"),
+    ("g.jsonl", '{"metric": "x"}\n{"metric": "y"}\n',
+     ", line 2, column 1: not valid YAML: expected '<document start>', but found '{': a second document"),
+    ("g.parquet", b"PAR1\x15\x04\xff\xfe", ": not a YAML text file (byte 6 is not UTF-8)"),
+])
+def test_a_gate_file_that_is_not_yaml_is_one_line_naming_the_line(tmp_path, shared_sweep, capsys, name, text, message):
+    """Was PyYAML's own text: 8 lines (4 for JSON Lines), a traceback-like caret display."""
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(SystemExit) as exc:
+        gate_cli([str(shared_sweep), "--gate", str(path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: gate file {path}{message}")
 
 
 def test_gate_cli_passes_on_a_good_sweep_and_fails_naming_the_check_on_a_worse_one(tmp_path, sweep_factory,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -92,6 +93,66 @@ def test_no_runs_is_an_input_error_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         report_cli([str(tmp_path)])
     assert exc.value.code == 2 and "error: no run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["summary.parquet", "requests.parquet", "timeseries.parquet"])
+def test_a_parquet_that_is_not_a_report_is_bad_input_for_report_and_gate(sweep, capsys, name):
+    """A run's own Parquet files given in place of a report: exit 2 naming the file, the missing column and what
+    is expected (was a KeyError crash, exit 1); the run's folder still reports."""
+    from harness.gate import run as gate_cli
+
+    run_dir = sweep / "0_homogeneous_pd_1.0"
+    gate = str(Path(__file__).resolve().parents[3] / "conf" / "gates" / "paper_case.yaml")
+    for command in (lambda: report_cli([str(run_dir / name), "--no-figures"]),
+                    lambda: gate_cli([str(run_dir / name), "--gate", gate])):
+        with pytest.raises(SystemExit) as exc:
+            command()
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1, err
+        assert f"error: {run_dir / name}: not a sweep report (missing column(s) load_rps)" in err
+        assert "a run directory" in err and "a sweep directory or a report.parquet" in err
+        assert (f"give its folder {run_dir}" in err) is (name != "timeseries.parquet")
+    assert not (run_dir / "report.parquet").exists()
+    assert report_cli([str(run_dir), "--no-figures"]) == 0
+    assert "0_homogeneous_pd_1.0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--paper", "/nonexistent.yaml"], "error: --paper /nonexistent.yaml: no such file; give a gate file"),
+    (["--paper", "conf/gates/paper_case.yaml"], "error: --paper conf/gates/paper_case.yaml: no reference targets"),
+    (["--baseline", "foo"],
+     "error: --baseline foo: not a deployment in the report; present: homogeneous_pd, prfaas_pd, naive_hetero"),
+])
+def test_a_chosen_paper_file_or_baseline_that_cannot_be_used_is_bad_input(shared_sweep, tmp_path, capsys, args,
+                                                                          message):
+    """Was exit 0 with fig_table6 skipped or the ratio column dropped, silently; nothing is written."""
+    with pytest.raises(SystemExit) as exc:
+        report_cli([str(shared_sweep), "--out", str(tmp_path), "--no-figures", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_paper_file_or_hydra_overrides_that_are_not_yaml_are_one_line_naming_the_line(sweep, tmp_path, capsys):
+    """Was PyYAML's own text over 8 lines."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("checks:\n  - {metric: x, min: 1\n  - {metric: y}\n")
+    overrides = sweep / "4_prfaas_pd_2.5" / ".hydra" / "overrides.yaml"
+    overrides.write_text("- deployment=prfaas_pd\n- [loadgen.rate_rps=2.5\n")
+    for args, message in (([str(sweep), "--paper", str(bad)], f"error: gate file {bad}, line 3, column 5: not valid "
+                                                                f"YAML: expected ',' or '}}', but got '{{'"),
+                          ([str(sweep)], f"error: Hydra overrides {overrides}, line 3, column 1: not valid YAML: ")):
+        with pytest.raises(SystemExit) as exc:
+            report_cli([*args, "--no-figures"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_a_chosen_paper_file_and_baseline_are_used(shared_sweep, tmp_path, capsys):
+    """The ratio column is named after the chosen baseline; a paper file with targets is accepted."""
+    assert report_cli([str(shared_sweep), "--out", str(tmp_path), "--no-figures", "--baseline", "prfaas_pd",
+                       "--paper", "conf/gates/paper_table6.yaml"]) == 0
+    assert "x_prfaas_pd" in capsys.readouterr().out
 
 
 def test_cdf_runs_pick_a_common_moderate_load(shared_sweep):
