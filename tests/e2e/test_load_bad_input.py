@@ -52,3 +52,33 @@ def test_target_containers_of_the_wrong_shape_exit_2(tmp_path, closed_url, overr
     line = one_error_line(run_load(tmp_path, f"target.url={closed_url}", "target.model=m", override))
     assert message in line
     assert not (tmp_path / "run" / "requests.parquet").exists()  # refused before the run
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [(("mode=foo",), "error: mode='foo': harness-load drives the emulated deployment behind HTTP in this process "
+                     "(mode=live) or the endpoint at target.url (mode=url); valid: live, url"),
+     (("mode=sim",), "valid: live, url (without mode: url when target.url is set, else live); a sim run is "
+                     "`harness mode=sim`"),
+     (("mode=sim", "target.url={url}"), "error: mode='sim': harness-load drives"),
+     (("mode=live", "target.url={url}"), "error: mode=live starts the emulated deployment and drives it, not "
+                                         "target.url=")],
+)
+def test_a_mode_harness_load_does_not_run_exits_2(tmp_path, closed_url, overrides, message):
+    line = one_error_line(run_load(tmp_path, *(o.format(url=closed_url) for o in overrides)))
+    assert message in line
+    assert not (tmp_path / "run" / "requests.parquet").exists()
+
+
+def test_without_mode_the_url_decides():
+    from omegaconf import OmegaConf
+
+    from harness.load import choose_mode
+
+    def cfg(mode, url=None):
+        return OmegaConf.create({"mode": mode, "target": {"url": url}})
+
+    assert choose_mode(cfg("sim"), given=False) == "live"  # the config's default mode: not a choice
+    assert choose_mode(cfg("sim", "http://h:1"), given=False) == "url"
+    assert choose_mode(cfg("url", "http://h:1"), given=True) == "url"
+    assert choose_mode(cfg("live"), given=True) == "live"
