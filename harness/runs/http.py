@@ -29,7 +29,7 @@ from harness.analysis.frames import requests_frame
 from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
 from harness.analysis.timeseries import bin_edges, build_timeseries, occupancy
 from harness.errors import require
-from harness.loadgen.health import loadgen_health
+from harness.loadgen.health import loadgen_health, no_completion_warning
 from harness.loadgen.run import HttpLoad, check_target, chunks_frame, client_rows, drive
 from harness.loadgen.settings import burstiness, lg_get
 from harness.loadgen.timescale import announced_mismatch
@@ -192,6 +192,9 @@ def _assemble(cfg: DictConfig, load: HttpLoad, server, url: str, offer: Offer) -
     if not health["valid"]:
         print(f"warning: this run is marked invalid (loadgen_valid=false): {health['invalid_reason']}",
               file=sys.stderr, flush=True)
+    nothing = no_completion_warning(result.records)  # recorded as data, exit 0: but say so
+    if nothing:
+        print(f"warning: {nothing}", file=sys.stderr, flush=True)
     return RunResult(frame, timeseries, meta, extras=extras)
 
 
