@@ -18,7 +18,8 @@ order, so a machine that drifts moves both alike.
       held-out batch sizes are never fitted, only predicted.
 Writes to the run dir: probes.parquet (one row per request sent), profile.json (fits, residuals,
 held-out checks), and the model config `<profile.out_dir or run dir>/model/<profile.name>.yaml`.
-Modules: harness/profiling/experiment.py (the probes sent), analysis.py (fits, checks, documents).
+Modules: harness/profiling/design.py (the settings, checked before anything is sent), experiment.py (the
+probes sent), analysis.py (fits, checks, documents).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from omegaconf import DictConfig
 from harness.errors import require
 from harness.hydra_entry import hydra_entry
 from harness.profiling.analysis import analyse, check_loads, profile_documents, table
+from harness.profiling.design import check_design
 from harness.profiling.experiment import CLOCKS, Experiment, decode_batches, measure, server_info
 from harness.profiling.writer import write_model_config
 
@@ -52,14 +54,7 @@ __all__ = [
 
 def profile_endpoint(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     require(bool(cfg.target.url), "harness-profile needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
-    require(
-        int(cfg.profile.decode.output_tokens) >= 8,
-        "profile.decode.output_tokens must be >= 8 (a step is timed from the gaps), "
-        f"got {cfg.profile.decode.output_tokens}",
-    )
-    require(int(cfg.profile.slot_probe.output_tokens) >= 2,
-            f"profile.slot_probe.output_tokens must be >= 2, got {cfg.profile.slot_probe.output_tokens}")
-    require(cfg.profile.clock in CLOCKS, f"profile.clock={cfg.profile.clock!r}; valid: {', '.join(CLOCKS)}")
+    check_design(cfg)  # every profile.* setting, before the server is asked anything
     rows, info, slots, probed = asyncio.run(measure(cfg))
     out_dir.mkdir(parents=True, exist_ok=True)
     rows.to_parquet(out_dir / "probes.parquet", index=False)

@@ -67,3 +67,20 @@ def loadgen_health(records: Sequence[RequestRecord], loop_lag_ns: Sequence[int],
     out["valid"] = not problems
     out["invalid_reason"] = "; ".join(problems)
     return out
+
+
+def no_completion_warning(records: Sequence[RequestRecord]) -> str | None:
+    """One line when measured requests failed and none completed (a wrong model name, a closed port, a
+    server answering 404 to all): the run's records keep every failure (errors are data, the status
+    stays 0), but a user reading only the exit status would not notice. None otherwise, and when the
+    only requests without an answer were cut short by a stop (Ctrl-C, max_duration_s)."""
+    measured = [r for r in records if not r.warmup]
+    if any(r.completed for r in measured):
+        return None
+    failed = [r for r in measured if r.error is not None and not r.interrupted]
+    if not failed:
+        return None
+    first = min(failed, key=lambda r: (r.done_ns is None, r.done_ns or 0, r.request_id))
+    error = " ".join(str(first.error).split())
+    error = error if len(error) <= 200 else error[:197] + "..."
+    return f"no request completed ({len(failed)} failed; first error: {error})"

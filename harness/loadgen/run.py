@@ -40,9 +40,21 @@ def chunks_frame(rows: Any) -> pd.DataFrame:
 
 
 def check_target(tcfg: Any) -> None:
+    """The target's settings, checked before anything is sent (InputError naming the key)."""
     require(tcfg.timeout_s > 0, f"target.timeout_s must be > 0, got {tcfg.timeout_s}")
     require(tcfg.max_connections >= 0, f"target.max_connections must be >= 0, got {tcfg.max_connections}")
     require(tcfg.api in ("completions", "chat"), f"target.api={tcfg.api!r}; valid: completions, chat")
+    headers = plain_container(tcfg.get("headers"))
+    require(headers is None or isinstance(headers, dict),
+            f"target.headers must be a mapping {{Name: value}} (e.g. target.headers={{X-Tenant: a}}) or null, "
+            f"got {headers!r}")
+    for name, value in (headers or {}).items():
+        require(isinstance(value, (str, int, float)),
+                f"target.headers.{name} must be a string or a number, got {value!r}")
+    body = plain_container(tcfg.get("extra_body"))
+    require(body is None or isinstance(body, dict),
+            f"target.extra_body must be a mapping {{field: value}} (e.g. target.extra_body={{temperature: 0}}) "
+            f"or null, got {body!r}")
 
 
 @dataclass

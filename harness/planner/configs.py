@@ -105,6 +105,12 @@ def planner_config(node: Any) -> PlannerConfig:
     _at_least(planner.grid_step_tokens, 1, "planner.grid_step_tokens")
     _at_least(planner.t_max_tokens, 0, "planner.t_max_tokens")
     _positive(planner.slo_tokens_per_s, "planner.slo_tokens_per_s")
+    proj = planner.projection
+    _at_least(proj.gpus_per_instance, 1, "planner.projection.gpus_per_instance")
+    for key, values in (("gpus", proj.gpus), ("lengths_tokens", proj.lengths_tokens)):
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise InputError(f"planner.projection.{key} must be a list of integers >= 1, got {list(values)!r}")
     return planner
 
 

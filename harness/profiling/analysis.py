@@ -15,15 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 from harness.errors import require
 from harness.hydra_entry import CONF_DIR
 from harness.profiling import fit as fitting
+from harness.profiling.design import DECODE_KINDS, architecture
 from harness.profiling.experiment import decode_batches
-from harness.profiling.writer import architecture_from_gguf, check_architecture, model_config
+from harness.profiling.writer import architecture_from_gguf, model_config
 
 
 def _median_by(df: pd.DataFrame, key: str, value: str) -> dict[int, float]:
     return {int(k): float(v) for k, v in df.groupby(key)[value].median().items()}
-
-
-DECODE_KINDS = ("per_batch", "linear")
 
 
 def analyse(rows: pd.DataFrame, tolerance: float, decode_kind: str = "per_batch",
@@ -125,7 +123,7 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
         arch = architecture_from_gguf(cast(str, path))
         arch_source = f"read from the GGUF file {path}"
     else:
-        arch = check_architecture(OmegaConf.to_container(arch, resolve=True))
+        arch = architecture(arch)
         arch_source = "given as profile.architecture"
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"

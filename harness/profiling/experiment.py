@@ -16,6 +16,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from harness.errors import InputError, require
+from harness.profiling.design import CLOCKS, check_against_server
 from harness.profiling.probes import (
     Completions,
     ProbeResult,
@@ -24,8 +25,6 @@ from harness.profiling.probes import (
     fresh_prompt,
     server_step,
 )
-
-CLOCKS = ("server", "client", "cpu")
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[dict[str, Any] | list | None, dict]:
@@ -243,6 +242,7 @@ async def measure(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Any], int, i
         require(ctx is None or longest < int(ctx), f"profile: the longest probe needs {longest} tokens but a slot "
                                                   f"of {url} holds {ctx}; start the server with a larger -c "
                                                   f"or shorten profile.prefill / profile.decode")
+        check_against_server(cfg, info)  # the model file, the batch sizes vs the declared slots: before any probe
         complete = Completions(session, url, info["model"], time.perf_counter, float(cfg.target.timeout_s))
         exp = Experiment(complete, cfg, np.random.default_rng(cfg.seed))
         await exp.warmup()
@@ -250,6 +250,7 @@ async def measure(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Any], int, i
         slots = p.slots or info["declared_slots"] or probed
         require(slots is not None, "profile: the server does not say its slot count and probing found none "
                                    f"up to {p.slot_probe.max_concurrency}; set profile.slots")
+        decode_batches(int(cast(int, slots)), p.decode.batches, p.decode.holdout_batches)  # before the prefills
         await exp.prefill()
         await exp.cached()
         await exp.decode(int(cast(int, slots)))

@@ -29,8 +29,8 @@ from harness.analysis.frames import requests_frame
 from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
 from harness.analysis.timeseries import bin_edges, build_timeseries, occupancy
 from harness.errors import require
-from harness.loadgen.health import loadgen_health
-from harness.loadgen.run import HttpLoad, chunks_frame, client_rows, drive
+from harness.loadgen.health import loadgen_health, no_completion_warning
+from harness.loadgen.run import HttpLoad, check_target, chunks_frame, client_rows, drive
 from harness.loadgen.settings import burstiness, lg_get
 from harness.loadgen.timescale import announced_mismatch
 from harness.runs.offer import Offer, make_offer
@@ -48,11 +48,13 @@ _ROW_DURATIONS = ("ttft_s", "tpot_s", "e2e_s", "lateness_s", "itl_max_s", "serve
 
 
 def run_live(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
+    check_target(cfg.target)  # before the emulator starts
     return asyncio.run(_run(cfg, live=True, run_dir=run_dir))
 
 
 def run_url(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     require(bool(cfg.target.url), "mode=url needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
+    check_target(cfg.target)  # before the workload is built or anything is sent
     return asyncio.run(_run(cfg, live=False, run_dir=run_dir))
 
 
@@ -190,6 +192,9 @@ def _assemble(cfg: DictConfig, load: HttpLoad, server, url: str, offer: Offer) -
     if not health["valid"]:
         print(f"warning: this run is marked invalid (loadgen_valid=false): {health['invalid_reason']}",
               file=sys.stderr, flush=True)
+    nothing = no_completion_warning(result.records)  # recorded as data, exit 0: but say so
+    if nothing:
+        print(f"warning: {nothing}", file=sys.stderr, flush=True)
     return RunResult(frame, timeseries, meta, extras=extras)
 
 

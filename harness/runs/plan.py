@@ -24,10 +24,11 @@ from omegaconf import DictConfig
 from harness.costmodel import build_profile
 from harness.costmodel.schema import ModelConfig
 from harness.deploy.schema import LinkConfig
-from harness.errors import InputError
+from harness.errors import InputError, choices
 from harness.planner import Plan, plan_deployment
 from harness.planner.configs import deployment_config, planner_config, typed
 from harness.planner.projection import measured_phi, projection_rows
+from harness.planner.schema import PlannerConfig
 from harness.planner.sweeps import split_sweep, threshold_sweep
 from harness.runs.plan_variants import Variants, run_variants, task_overrides, without
 
@@ -62,6 +63,11 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
     from harness.workload import input_length_distribution, mean_output_tokens
 
     planner = planner_config(cfg.planner)
+    planned = [str(name) for name in (names if names is not None else planner.deployments)]
+    if not planned:
+        raise InputError("planner.deployments is empty: list the deployments to plan, e.g. "
+                         "planner.deployments=[homogeneous_pd,prfaas_pd]")
+    _check_baseline(planner.baseline, planned, base)
     link = typed(LinkConfig, cfg.link, "link") if cfg.link is not None else None  # read with a remote cluster
     values, weights = input_length_distribution(cfg.workload)
     l_out = mean_output_tokens(cfg.workload)
@@ -70,7 +76,7 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
     paper_formula = dataclasses.replace(planner, service_time="representative")
     plans: dict[str, Plan] = {}
     paper: dict[str, dict[str, Any]] = {}
-    for name in map(str, names if names is not None else planner.deployments):
+    for name in planned:
         dep = deployment_config(variants.get("deployment", name))
         plans[name] = plan_deployment(dep, cfg.model, link, planner, values, weights, l_out)
         if plans[name].service_time != "representative":  # the paper's formula too, for Table 6
@@ -81,6 +87,18 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
     doc["ratios"] = ratios(doc, planner.baseline)
     return plans, doc
+
+
+def _check_baseline(baseline: str, planned: Sequence[str], base: Sequence[str] | None) -> None:
+    """planner.baseline must be a deployment planned. The default one (homogeneous_pd) may be left out of
+    a shorter planner.deployments list: the ratios are then against the first deployment planned."""
+    if baseline in planned:
+        return
+    overrides = list(base) if base is not None else list(HydraConfig.get().overrides.task)
+    chosen = any(o.lstrip("+~").split("=", 1)[0] == "planner.baseline" for o in overrides)
+    if chosen or baseline != PlannerConfig().baseline:
+        raise InputError(f"planner.baseline={baseline!r} is not a deployment planned; valid: {choices(planned)} "
+                         "(planner.deployments)")
 
 
 def ratios(doc: dict[str, Any], baseline: str) -> dict[str, Any]:

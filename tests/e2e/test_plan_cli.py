@@ -82,10 +82,18 @@ def test_overrides_reach_every_deployment(tmp_path):
     ("override", "message"),
     [("link.capacity_gbps=0", "error: link.capacity_gbps must be > 0"),
      ("model=nope", "nope"),
-     ("planner.deployments=[homogeneous_pd,nope]", "deployment=nope")],
+     ("planner.deployments=[homogeneous_pd,nope]", "deployment=nope"),
+     ("planner.deployments=[]", "error: planner.deployments is empty"),
+     ("planner.projection.gpus_per_instance=0", "error: planner.projection.gpus_per_instance must be >= 1, got 0"),
+     ("planner.projection.lengths_tokens=[-5]", "error: planner.projection.lengths_tokens must be a list of integers"),
+     ("planner.projection.gpus=[0]", "error: planner.projection.gpus must be a list of integers >= 1"),
+     ("planner.baseline=foo", "error: planner.baseline='foo' is not a deployment planned; valid: homogeneous_pd, "
+                              "naive_hetero, prfaas_pd")],
 )
 def test_bad_input_exits_2(tmp_path, override, message):
     proc = run_plan(tmp_path, override)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "plan.json").exists()
