@@ -95,6 +95,9 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["loadgen.rat=1"], ["'loadgen.rat'", "rate_rps", "max_duration_s"]),  # the key, and the valid keys
     (["deployment=nope"], ["deployment/nope", "homogeneous_pd, naive_hetero, prfaas_dynamic, prfaas_pd"]),
+    # a group given a value that is no option name (Hydra's bare ValueError: was a crash, exit 1)
+    (["deployment=null"], ["'deployment=null'", "valid deployment: aggregated, homogeneous_pd, naive_hetero"]),
+    (["link=5"], ["'link=5'", "valid link: vpc_100g"]),
     (["loadgen.rate_rps=abc"], ["loadgen.rate_rps=abc", "Float"]),
     (["loadgen.rate_rps=["], ["'loadgen.rate_rps=['"]),
     (["--cfg", "nonsense"], ["--cfg", "'job', 'hydra', 'all'"]),
