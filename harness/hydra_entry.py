@@ -160,8 +160,11 @@ def group_values_checked() -> Iterator[None]:
 
 
 def _prog(task: Callable[..., Any]) -> str:
-    module = task.__module__
-    return "harness" if module in ("harness.cli", "__main__") else module.replace(".", "-")
+    """The command's name as its console script is called: `python -m harness.plan` is harness-plan (the
+    task's module is then `__main__`: its spec names the module run)."""
+    spec = getattr(sys.modules.get(task.__module__), "__spec__", None)
+    module = spec.name if spec is not None else task.__module__
+    return "harness" if module in ("harness.cli", "harness.__main__", "__main__") else module.replace(".", "-")
 
 
 class _Stderr:

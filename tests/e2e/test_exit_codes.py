@@ -161,6 +161,14 @@ def test_usage_errors_are_one_line(argv):
     assert proc.returncode == 2 and _one_line(proc).startswith("error: harness-")
 
 
+@pytest.mark.parametrize("module", ["harness.plan", "harness.load"])
+def test_a_hydra_commands_usage_error_names_that_command(module):
+    proc = _run(module, "--foo")
+    name = module.replace(".", "-")
+    line = _one_line(proc)
+    assert proc.returncode == 2 and line.startswith(f"error: {name}: ") and f"(see {name} --help)" in line, line
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs (needs root)")
 def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
     ro, full = tmp_path / "ro", tmp_path / "full"
