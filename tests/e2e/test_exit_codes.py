@@ -106,12 +106,21 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     (["analysis.warmup_fraction=2"], ["analysis.warmup_fraction", "[0, 1)", "got 2.0"]),
     (["loadgen.saturation_in_flight=0"], ["loadgen.saturation_in_flight", ">= 1"]),
     (["loadgen.rate_rps=-1"], ["loadgen.rate_rps", "> 0"]),
+    (["workload.seed=-1"], ["workload.seed", ">= 0", "null: unseeded"]),
+    (["recording.flush_every=0"], ["recording.flush_every", ">= 1"]),
 ])
 def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
     proc = _run("harness", *SMALL, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _one_line(proc)
     assert line.startswith("error: ") and all(text in line for text in expected), line
+
+
+def test_a_range_used_only_when_the_run_is_written_is_checked_before_it_runs(tmp_path):
+    proc = _run("harness", *SMALL, "analysis.percentiles=[50,150]", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "analysis.percentiles" in _one_line(proc) and "(0, 100]" in _one_line(proc)
+    assert not list((tmp_path / "run").glob("requests*"))  # no request was simulated or recorded
 
 
 def test_bad_input_in_a_parallel_sweep_is_exit_2(tmp_path):
