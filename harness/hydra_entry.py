@@ -244,7 +244,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
 
                 from harness.hydra_mode import mode_without_composing
                 from harness.hydra_sweep import sweep_composes_once
-                from harness.schema import register_configs
+                from harness.schema import register_configs, validate_config
 
                 _select_help(task.__module__)
                 args = _parse_args_or_exit(prog)
@@ -254,7 +254,8 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 sys.stderr = stderr
                 _collector_after_start_up(collecting)
                 # Hydra composes once, not twice: the run's config (harness/hydra_mode.py), each job's (hydra_sweep.py)
-                with mode_without_composing(), sweep_composes_once(), group_values_checked():
+                # a sweep's jobs are checked (validate_config) before any runs
+                with mode_without_composing(), sweep_composes_once(validate_config), group_values_checked():
                     hydra_main()
             except SystemExit as exc:
                 if exc.code == EXIT_INTERRUPTED:

@@ -11,20 +11,34 @@ everything first (a bad override is still reported before any job runs). A confi
 (~40 KB, ~2 ms to pickle or unpickle, against ~400 KB as objects), at most `KEEP` at a time; a job
 whose config was not kept is composed as before, as is every job of the joblib launcher (its workers
 compose in their own processes).
+
+`check` (harness.schema.validate_config for the harness's commands) runs on every config the validation
+composes: a job whose values are out of range stops the sweep before any job runs, as a bad override
+does, with one line naming the job's override of the key (or, if none names it, all its overrides).
 """
 
 from __future__ import annotations
 
 import contextlib
 import pickle
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from harness.errors import InputError
 
 KEEP = 256  # configs kept at once (~10 MB pickled); a larger batch composes its later jobs twice, as Hydra does
 
 
+def _job(overrides: list[str], message: str) -> str:
+    """The job's overrides of the keys the message names (all its overrides if none does)."""
+    named = [o for o in overrides
+             if re.search(rf"(?<![\w.]){re.escape(o.split('=', 1)[0].lstrip('+~'))}(?![\w.])", message)]
+    return " ".join(named or overrides)
+
+
 @contextlib.contextmanager
-def sweep_composes_once() -> Iterator[None]:
+def sweep_composes_once(check: Callable[[Any], None] | None = None) -> Iterator[None]:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.plugins.sweeper import Sweeper
 
@@ -39,6 +53,11 @@ def sweep_composes_once() -> Iterator[None]:
             stored = kept.pop(key, None)
             return pickle.loads(stored) if stored is not None else load(self, master_config, sweep_overrides)
         config = load(self, master_config, sweep_overrides)
+        if check is not None:
+            try:
+                check(config)
+            except InputError as err:
+                raise InputError(f"job {_job(sweep_overrides, str(err))}: {err}") from err
         if key not in kept and len(kept) < KEEP:  # a repeated job composes its own copy later
             kept[key] = pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
         return config

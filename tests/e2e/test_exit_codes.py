@@ -131,6 +131,14 @@ def test_bad_input_in_a_parallel_sweep_is_exit_2(tmp_path):
     assert "loadgen.rate_rps=-1" in line and "must be" in line
 
 
+def test_a_sweep_job_out_of_range_stops_the_sweep_before_any_job_runs(tmp_path):
+    proc = _run("harness", "-m", "~experiment", "workload.num_requests=3,-1", *SMALL[1:],
+                f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert _one_line(proc).startswith("error: job workload.num_requests=-1: workload.num_requests must be")
+    assert not [p for p in (tmp_path / "sweep").iterdir() if p.is_dir()]  # not even the good job ran
+
+
 def test_an_unwritable_run_directory_is_exit_2(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

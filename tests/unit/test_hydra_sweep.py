@@ -15,7 +15,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from harness.errors import InputError
 from harness.hydra_sweep import sweep_composes_once
+from harness.schema import validate_config
 
 JOBS = ["workload.num_requests=10,20,30", "deployment=b", "loadgen.rate_rps=1.5"]
 
@@ -96,6 +98,13 @@ def test_a_kept_config_resolves_now_as_the_sweep_did(multirun, tmp_path):
 def test_a_bad_override_in_the_last_job_stops_the_sweep_before_any_job_runs(multirun):
     with sweep_composes_once(), pytest.raises(ConfigCompositionException):
         multirun(["deployment=a,b,no_such_deployment"], "bad")
+    assert multirun.seen == []
+
+
+def test_a_job_out_of_range_stops_the_sweep_before_any_job_runs(multirun):
+    with sweep_composes_once(validate_config), \
+            pytest.raises(InputError, match=r"^job workload.num_requests=-1: workload.num_requests must be"):
+        multirun(["workload.num_requests=10,-1", "deployment=b"], "range")
     assert multirun.seen == []
 
 
