@@ -108,6 +108,7 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     (["loadgen.rate_rps=-1"], ["loadgen.rate_rps", "> 0"]),
     (["workload.seed=-1"], ["workload.seed", ">= 0", "null: unseeded"]),
     (["recording.flush_every=0"], ["recording.flush_every", ">= 1"]),
+    (["link.capacity_schedule=[{t_s: -1, capacity_gbps: 5}]"], ["link.capacity_schedule[0]", "[t_s, capacity_gbps]"]),
 ])
 def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
     proc = _run("harness", *SMALL, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
