@@ -140,6 +140,13 @@ def test_a_sweep_job_out_of_range_stops_the_sweep_before_any_job_runs(tmp_path):
     assert not [p for p in (tmp_path / "sweep").iterdir() if p.is_dir()]  # not even the good job ran
 
 
+def test_a_bad_swept_option_is_one_line_not_the_planners_too(tmp_path):
+    proc = _run("harness", "-m", "deployment=prfaas_pd,foo", "loadgen.rate_rps=1", "~hydra.callbacks.report", *SMALL,
+                f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "deployment/foo" in _one_line(proc) and "valid deployment: aggregated" in _one_line(proc)
+
+
 def test_an_unwritable_run_directory_is_exit_2(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
