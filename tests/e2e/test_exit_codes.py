@@ -109,6 +109,7 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     (["loadgen.rate_rps=-1"], ["loadgen.rate_rps", "> 0"]),
     (["workload.seed=-1"], ["workload.seed", ">= 0", "null: unseeded"]),
     (["recording.flush_every=0"], ["recording.flush_every", ">= 1"]),
+    (["server.max_body_bytes=10"], ["server.max_body_bytes", ">= 1024"]),  # the live server's own bound
     (["link.capacity_schedule=[{t_s: -1, capacity_gbps: 5}]"], ["link.capacity_schedule[0]", "[t_s, capacity_gbps]"]),
 ])
 def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
