@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import functools
 import gc
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -121,9 +122,49 @@ def fold_hydra_error(err: BaseException, overrides: list[str] | None = None) -> 
     return one_line(message, 600)
 
 
+@contextlib.contextmanager
+def group_values_checked() -> Iterator[None]:
+    """A config group given a value that is not an option name (`deployment=null`, `link=5`, `~link=5`) is
+    bad input: Hydra raises a bare ValueError for it (a crash, to us); while inside, it is a composition
+    error naming the override and the group's options, folded like an unknown option's."""
+    from hydra._internal import defaults_list
+    from hydra.errors import ConfigCompositionException
+
+    init = defaults_list.Overrides.__init__
+
+    def checked(self: Any, repo: Any, overrides_list: list[Any]) -> None:
+        try:
+            init(self, repo, overrides_list)
+        except ValueError as err:
+            for override in overrides_list:
+                value = override.value()
+                if override.is_sweep_override() or isinstance(value, dict) \
+                        or not repo.group_exists(override.key_or_group):
+                    continue
+                if isinstance(value, (str, list)) or (override.is_delete() and value is None):
+                    continue
+                group = override.key_or_group
+                options = [o for o in repo.get_group_options(group) if not o.startswith("base_")]
+                text = override.input_line.split("=", 1)[1] if "=" in override.input_line else repr(value)
+                raise ConfigCompositionException(
+                    f"'{override.input_line}': {group} is a config group: give the name of one of its options, "
+                    f"not {text}\nAvailable options in '{group}':\n" + "".join(f"\t{o}\n" for o in options)
+                ) from err
+            raise
+
+    defaults_list.Overrides.__init__ = checked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        defaults_list.Overrides.__init__ = init  # type: ignore[method-assign]
+
+
 def _prog(task: Callable[..., Any]) -> str:
-    module = task.__module__
-    return "harness" if module in ("harness.cli", "__main__") else module.replace(".", "-")
+    """The command's name as its console script is called: `python -m harness.plan` is harness-plan (the
+    task's module is then `__main__`: its spec names the module run)."""
+    spec = getattr(sys.modules.get(task.__module__), "__spec__", None)
+    module = spec.name if spec is not None else task.__module__
+    return "harness" if module in ("harness.cli", "harness.__main__", "__main__") else module.replace(".", "-")
 
 
 class _Stderr:
@@ -203,7 +244,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
 
                 from harness.hydra_mode import mode_without_composing
                 from harness.hydra_sweep import sweep_composes_once
-                from harness.schema import register_configs
+                from harness.schema import register_configs, validate_config
 
                 _select_help(task.__module__)
                 args = _parse_args_or_exit(prog)
@@ -213,7 +254,8 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 sys.stderr = stderr
                 _collector_after_start_up(collecting)
                 # Hydra composes once, not twice: the run's config (harness/hydra_mode.py), each job's (hydra_sweep.py)
-                with mode_without_composing(), sweep_composes_once():
+                # a sweep's jobs are checked (validate_config) before any runs
+                with mode_without_composing(), sweep_composes_once(validate_config), group_values_checked():
                     hydra_main()
             except SystemExit as exc:
                 if exc.code == EXIT_INTERRUPTED:

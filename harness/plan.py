@@ -23,7 +23,6 @@ figure from Parquet alone.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from omegaconf import DictConfig
 
 from harness.errors import InputError
 from harness.hydra_entry import hydra_entry
+from harness.hydra_sweep import after_validation
 from harness.runs.plan import (
     KV_COLUMNS,
     KV_HARDWARE,
@@ -111,7 +111,8 @@ class PlanCallback(Callback):
             run = run_plan(cfg, fixed, names, variants, kv_table=self.kv_table)
             write(sweep_dir, run.plans, run.doc, run.projection, run.kv)
         except InputError as err:
-            sys.stderr.write(f"error: planner for {sweep_dir}: {err}\n")
+            # held until the jobs are validated: a job that cannot run says so in the command's one line
+            after_validation(f"error: planner for {sweep_dir}: {err}")
             return
         for note in run.notes:
             print(note)

@@ -168,6 +168,7 @@ class Range:
     nullable: bool = False
     null: str = ""  # what null means, for the message
     integer: bool = False
+    each: bool = False  # the key holds a list: each item in the range
 
     def text(self) -> str:
         if self.low == 0 and self.high == math.inf and self.ends[0] == "(":
@@ -179,9 +180,14 @@ class Range:
         inf = not self.integer and self.ends[1] == "]" and self.high == math.inf
         kind = "an integer" if self.integer else ("a number" if inf else "a finite number")
         extra = [e for e in ("inf allowed" if inf else "", f"null: {self.null}" if self.nullable else "") if e]
-        return f"{kind} {rng}" + (f" ({'; '.join(extra)})" if extra else "")
+        text = f"{kind} {rng}" + (f" ({'; '.join(extra)})" if extra else "")
+        return f"a list, each item {text}" if self.each else text
 
     def ok(self, value: Any) -> bool:
+        if self.each:
+            if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                return False
+            return all(Range(self.key, self.low, self.high, self.ends, integer=self.integer).ok(v) for v in value)
         if value is None:
             return self.nullable
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
@@ -200,6 +206,10 @@ RANGES: tuple[Range, ...] = (
     Range("analysis.warmup_fraction", 0, 1, "[)"),
     Range("analysis.slo.ttft_s", 0, ends="(]"),
     Range("analysis.slo.tpot_s", 0, ends="(]"),
+    Range("analysis.percentiles", 0, 100, "(]", each=True),  # used only when the run is written: checked here
+    Range("workload.num_requests", 1, integer=True, nullable=True, null="every request of a trace or phased workload"),
+    Range("workload.seed", 0, integer=True, nullable=True, null="unseeded"),
+    Range("workload.block_tokens", 1, integer=True),
     Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate"),
     Range("loadgen.concurrency", 1, integer=True, nullable=True, null="open loop"),
     Range("loadgen.saturation_in_flight", 1, integer=True, nullable=True, null="sized from the planner"),
@@ -219,11 +229,14 @@ RANGES: tuple[Range, ...] = (
     Range("target.token_id_min", 0, integer=True),
     Range("server.port", 0, 65535, "[]", integer=True),
     Range("server.time_scale", 0, ends="()"),
-    Range("server.max_model_len", 1, integer=True),
+    Range("server.max_model_len", 2, integer=True),
     Range("server.default_max_tokens", 1, integer=True),
     Range("server.stream_interval_tokens", 1, integer=True, nullable=True, null="round(time_scale)"),
-    Range("server.max_body_bytes", 1, integer=True),
+    Range("server.max_body_bytes", 1024, integer=True),
     Range("server.max_lag_ms", 0, ends="(]"),
+    Range("server.tokens_per_word", 0, ends="()"),
+    Range("recording.flush_s", 0, ends="()"),
+    Range("recording.flush_every", 1, integer=True),
     Range("cache.capacity_tokens", 0, integer=True, nullable=True, null="unlimited"),
     Range("rebalancer.period_s", 0, ends="()"),
     Range("rebalancer.window_s", 0, ends="()"),
@@ -239,7 +252,7 @@ _ABSENT = object()
 
 def validate_config(cfg: Any) -> None:
     """Refuse a value out of its range with one line naming the key and the valid range (InputError)."""
-    from omegaconf import OmegaConf
+    from omegaconf import ListConfig, OmegaConf
 
     for rule in RANGES:
         try:
@@ -249,6 +262,8 @@ def validate_config(cfg: Any) -> None:
         if value is _ABSENT:
             continue
         if not rule.ok(value):
+            if isinstance(value, ListConfig):
+                value = OmegaConf.to_container(value)
             raise InputError(f"{rule.key} must be {rule.text()}, got {value!r}")
     low, high = OmegaConf.select(cfg, "target.token_id_min"), OmegaConf.select(cfg, "target.token_id_max")
     if isinstance(low, int) and isinstance(high, int) and high <= low:

@@ -113,6 +113,11 @@ def threshold_for_capacity(cfg: DictConfig, deployment: Deployment) -> Callable[
 
 def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
     dep = cfg.deployment
+    if dep is None:  # `deployment=[]` or `~deployment`
+        from harness.resources import conf_dir
+
+        options = sorted(p.stem for p in (conf_dir() / "deployment").glob("*.yaml"))
+        raise InputError(f"no deployment chosen (deployment=[] or ~deployment); valid deployment: {', '.join(options)}")
     if dep.get("builder"):  # a deployment kind with its own builder (e.g. aggregated)
         from hydra.utils import get_method
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import InputError
@@ -49,9 +49,9 @@ def capacity_schedule(schedule: Sequence[Any]) -> list[tuple[float, float]]:
     """Validate [(t_s, capacity_gbps), ...]: absolute clock times, non-decreasing; gbps >= 0."""
     out: list[tuple[float, float]] = []
     for i, entry in enumerate(schedule):
-        if isinstance(entry, str | bytes) or not hasattr(entry, "__len__") or len(entry) != 2:
-            raise InputError(f"link.capacity_schedule[{i}] must be [t_s, capacity_gbps], "
-                             f"got {entry!r}")
+        if isinstance(entry, str | bytes | Mapping) or not hasattr(entry, "__len__") or len(entry) != 2:
+            raise InputError(f"link.capacity_schedule[{i}] must be [t_s, capacity_gbps] (a list of two numbers, "
+                             f"e.g. link.capacity_schedule=[[0,100],[30,5]]), got {entry!r}")
         t = number(f"capacity_schedule[{i}].t_s", entry[0], minimum=-math.inf)
         gbps = number(f"capacity_schedule[{i}].capacity_gbps", entry[1])
         if out and t < out[-1][0]:

@@ -95,6 +95,10 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["loadgen.rat=1"], ["'loadgen.rat'", "rate_rps", "max_duration_s"]),  # the key, and the valid keys
     (["deployment=nope"], ["deployment/nope", "homogeneous_pd, naive_hetero, prfaas_dynamic, prfaas_pd"]),
+    # a group given a value that is no option name (Hydra's bare ValueError: was a crash, exit 1)
+    (["deployment=null"], ["'deployment=null'", "valid deployment: aggregated, homogeneous_pd, naive_hetero"]),
+    (["link=5"], ["'link=5'", "valid link: vpc_100g"]),
+    (["deployment=[]"], ["no deployment chosen", "valid deployment: aggregated, homogeneous_pd"]),
     (["loadgen.rate_rps=abc"], ["loadgen.rate_rps=abc", "Float"]),
     (["loadgen.rate_rps=["], ["'loadgen.rate_rps=['"]),
     (["--cfg", "nonsense"], ["--cfg", "'job', 'hydra', 'all'"]),
@@ -103,6 +107,10 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     (["analysis.warmup_fraction=2"], ["analysis.warmup_fraction", "[0, 1)", "got 2.0"]),
     (["loadgen.saturation_in_flight=0"], ["loadgen.saturation_in_flight", ">= 1"]),
     (["loadgen.rate_rps=-1"], ["loadgen.rate_rps", "> 0"]),
+    (["workload.seed=-1"], ["workload.seed", ">= 0", "null: unseeded"]),
+    (["recording.flush_every=0"], ["recording.flush_every", ">= 1"]),
+    (["server.max_body_bytes=10"], ["server.max_body_bytes", ">= 1024"]),  # the live server's own bound
+    (["link.capacity_schedule=[{t_s: -1, capacity_gbps: 5}]"], ["link.capacity_schedule[0]", "[t_s, capacity_gbps]"]),
 ])
 def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
     proc = _run("harness", *SMALL, *overrides, f"hydra.run.dir={tmp_path / 'run'}")
@@ -111,12 +119,34 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
     assert line.startswith("error: ") and all(text in line for text in expected), line
 
 
+def test_a_range_used_only_when_the_run_is_written_is_checked_before_it_runs(tmp_path):
+    proc = _run("harness", *SMALL, "analysis.percentiles=[50,150]", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "analysis.percentiles" in _one_line(proc) and "(0, 100]" in _one_line(proc)
+    assert not list((tmp_path / "run").glob("requests*"))  # no request was simulated or recorded
+
+
 def test_bad_input_in_a_parallel_sweep_is_exit_2(tmp_path):
     proc = _run("harness", *PARALLEL, "deployment=homogeneous_pd",
                 "loadgen.rate_rps=-1", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _one_line(proc)
     assert "loadgen.rate_rps=-1" in line and "must be" in line
+
+
+def test_a_sweep_job_out_of_range_stops_the_sweep_before_any_job_runs(tmp_path):
+    proc = _run("harness", "-m", "~experiment", "workload.num_requests=3,-1", *SMALL[1:],
+                f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert _one_line(proc).startswith("error: job workload.num_requests=-1: workload.num_requests must be")
+    assert not [p for p in (tmp_path / "sweep").iterdir() if p.is_dir()]  # not even the good job ran
+
+
+def test_a_bad_swept_option_is_one_line_not_the_planners_too(tmp_path):
+    proc = _run("harness", "-m", "deployment=prfaas_pd,foo", "loadgen.rate_rps=1", "~hydra.callbacks.report", *SMALL,
+                f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "deployment/foo" in _one_line(proc) and "valid deployment: aggregated" in _one_line(proc)
 
 
 def test_an_unwritable_run_directory_is_exit_2(tmp_path):
@@ -156,6 +186,14 @@ def test_corrupt_parquet_is_exit_2_for_report_and_gate(tmp_path, finished_run):
 def test_usage_errors_are_one_line(argv):
     proc = _run(*argv)
     assert proc.returncode == 2 and _one_line(proc).startswith("error: harness-")
+
+
+@pytest.mark.parametrize("module", ["harness.plan", "harness.load"])
+def test_a_hydra_commands_usage_error_names_that_command(module):
+    proc = _run(module, "--foo")
+    name = module.replace(".", "-")
+    line = _one_line(proc)
+    assert proc.returncode == 2 and line.startswith(f"error: {name}: ") and f"(see {name} --help)" in line, line
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs (needs root)")

@@ -15,7 +15,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from harness.hydra_sweep import sweep_composes_once
+from harness.errors import InputError
+from harness.hydra_sweep import after_validation, sweep_composes_once
+from harness.schema import validate_config
 
 JOBS = ["workload.num_requests=10,20,30", "deployment=b", "loadgen.rate_rps=1.5"]
 
@@ -97,6 +99,24 @@ def test_a_bad_override_in_the_last_job_stops_the_sweep_before_any_job_runs(mult
     with sweep_composes_once(), pytest.raises(ConfigCompositionException):
         multirun(["deployment=a,b,no_such_deployment"], "bad")
     assert multirun.seen == []
+
+
+def test_a_job_out_of_range_stops_the_sweep_before_any_job_runs(multirun):
+    with sweep_composes_once(validate_config), \
+            pytest.raises(InputError, match=r"^job workload.num_requests=-1: workload.num_requests must be"):
+        multirun(["workload.num_requests=10,-1", "deployment=b"], "range")
+    assert multirun.seen == []
+
+
+def test_a_held_line_is_written_once_the_jobs_are_validated_and_dropped_if_one_is_not(multirun, capsys):
+    with sweep_composes_once():
+        after_validation("held: the jobs are fine")
+        multirun(["deployment=a,b"], "good")
+    with pytest.raises(ConfigCompositionException), sweep_composes_once():
+        after_validation("held: a job is not")  # e.g. the planner's view of the same bad override
+        multirun(["deployment=a,no_such_deployment"], "bad")
+    err = capsys.readouterr().err
+    assert "held: the jobs are fine" in err and "held: a job is not" not in err
 
 
 def test_hydras_own_methods_are_back_after_the_context():
