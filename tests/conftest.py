@@ -45,6 +45,33 @@ import yaml
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.fixture
+def closed_url():
+    """A port bound on 127.0.0.1 that does not listen: connections to it are refused, and no one else gets it."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def _one_error_line(proc: Any) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and "crashed" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def one_error_line():
+    """one_error_line(proc) -> a command's one stderr line of bad input, after checking exit 2 and no traceback."""
+    return _one_error_line
+
+
 def _load_cli_zygote() -> None:
     """tools/cli_zygote.py as `cli_zygote`: test modules `import cli_zygote` to run the harness's commands
     forked from a pre-imported Python (its docstring says what stays as in a new process, and which

@@ -5,9 +5,7 @@ came too late would let the run go on and end with status 0 (every request faile
 
 from __future__ import annotations
 
-import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
@@ -18,27 +16,9 @@ SMALL = ["workload=fixed", "workload.num_requests=2", "workload.input_tokens=64"
          "loadgen.progress=false", "analysis.figures=false"]
 
 
-@pytest.fixture
-def closed_url() -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused, no one else gets the port
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        sock.close()
-
-
 def run_load(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     return cli_zygote.run(["-m", "harness.load", f"hydra.run.dir={tmp_path / 'run'}", *SMALL, *overrides],
                           cwd=ROOT, timeout=120)
-
-
-def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "crashed" not in proc.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -48,7 +28,7 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
      ("target.headers=5", "target.headers must be a mapping"),
      ("target.headers={X-Tenant: [a]}", "target.headers.X-Tenant must be a string or a number")],
 )
-def test_target_containers_of_the_wrong_shape_exit_2(tmp_path, closed_url, override, message):
+def test_target_containers_of_the_wrong_shape_exit_2(one_error_line, tmp_path, closed_url, override, message):
     line = one_error_line(run_load(tmp_path, f"target.url={closed_url}", "target.model=m", override))
     assert message in line
     assert not (tmp_path / "run" / "requests.parquet").exists()  # refused before the run
@@ -64,7 +44,7 @@ def test_target_containers_of_the_wrong_shape_exit_2(tmp_path, closed_url, overr
      (("mode=live", "target.url={url}"), "error: mode=live starts the emulated deployment and drives it, not "
                                          "target.url=")],
 )
-def test_a_mode_harness_load_does_not_run_exits_2(tmp_path, closed_url, overrides, message):
+def test_a_mode_harness_load_does_not_run_exits_2(one_error_line, tmp_path, closed_url, overrides, message):
     line = one_error_line(run_load(tmp_path, *(o.format(url=closed_url) for o in overrides)))
     assert message in line
     assert not (tmp_path / "run" / "requests.parquet").exists()

@@ -5,7 +5,6 @@ and both commands print the same warning line, so a user who reads only the stat
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,16 +54,6 @@ def not_found_url() -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
-
-
-@pytest.fixture
-def closed_url() -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        sock.close()
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

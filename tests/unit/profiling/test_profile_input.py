@@ -5,10 +5,8 @@ against a real engine) and leave probes.parquet behind."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
@@ -25,25 +23,6 @@ def run_profile(tmp_path: Path, url: str, *overrides: str) -> subprocess.Complet
                            *overrides], cwd=ROOT, timeout=120)
 
 
-def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "crashed" not in proc.stderr
-    return lines[0]
-
-
-@pytest.fixture
-def closed_url() -> Iterator[str]:
-    """A port bound on 127.0.0.1 that does not listen: asking it anything fails."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        sock.close()
-
-
 @pytest.mark.parametrize(
     ("override", "message"),
     [("profile.decode.kind=foo", "profile.decode.kind='foo'; valid: per_batch, linear"),
@@ -56,14 +35,14 @@ def closed_url() -> Iterator[str]:
      ("profile.name=../../etc/x", "profile.name='../../etc/x' must be a plain file name"),
      ("profile.name=a/b", "profile.name='a/b' must be a plain file name")],
 )
-def test_a_bad_design_is_refused_before_the_server_is_asked(tmp_path, closed_url, override, message):
+def test_a_bad_design_is_refused_before_the_server_is_asked(one_error_line, tmp_path, closed_url, override, message):
     line = one_error_line(run_profile(tmp_path, closed_url, override, "profile.slots=2"))
     assert message in line  # not "no answer at /v1/models": the server was never asked
     assert not (tmp_path / "run" / "probes.parquet").exists()
     assert not list(tmp_path.rglob("*.yaml")) or all(".hydra" in p.parts for p in tmp_path.rglob("*.yaml"))
 
 
-def test_the_hardware_error_lists_the_hardware_configs(tmp_path, closed_url):
+def test_the_hardware_error_lists_the_hardware_configs(one_error_line, tmp_path, closed_url):
     line = one_error_line(run_profile(tmp_path, closed_url, "profile.hardware=foo"))
     assert line.endswith("valid: " + ", ".join(sorted(p.stem for p in (ROOT / "conf" / "hardware").glob("*.yaml"))))
 
@@ -125,7 +104,7 @@ class _Server:
      ((), "profile.architecture is not set and the server's model file (/nonexistent/model.gguf) is not on "
           "this machine")],
 )
-def test_what_needs_the_servers_answer_is_checked_before_the_first_probe(tmp_path, overrides, message):
+def test_what_needs_the_servers_answer_is_checked_before_the_first_probe(one_error_line, tmp_path, overrides, message):
     with _Server(slots=2) as server:
         line = one_error_line(run_profile(tmp_path, server.url, *overrides))
     assert message in line
