@@ -17,7 +17,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from harness.deploy.schema import CacheConfig, FaultsConfig, RebalancerConfig
-from harness.errors import InputError
+from harness.errors import InputError, choices
 
 # Parts that own config groups; each module defines register(cs: ConfigStore) -> None.
 _PARTS = (
@@ -250,9 +250,35 @@ RANGES: tuple[Range, ...] = (
 _ABSENT = object()
 
 
+def _added_settings(node: Any, path: str) -> None:
+    """A key in a node typed by a schema dataclass that the schema lacks: `+loadgen.rate_rpz=5` adds one
+    (Hydra's `+` adds to any node), and nothing would ever read it."""
+    import dataclasses
+    import difflib
+
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    if path and schema is not None and dataclasses.is_dataclass(schema):
+        known = [f.name for f in dataclasses.fields(schema)]
+        for key in map(str, node):
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {path}.{near[0]}? " if near else ""
+                raise InputError(f"{path}.{key} is not a setting of {path} ({hint}valid: {choices(known)})")
+    for key in map(str, node):
+        if path or key != "hydra":
+            _added_settings(node._get_node(key), f"{path}.{key}" if path else key)
+
+
 def validate_config(cfg: Any) -> None:
-    """Refuse a value out of its range with one line naming the key and the valid range (InputError)."""
+    """Refuse a value out of its range with one line naming the key and the valid range, and a setting that
+    no schema has (InputError)."""
     from omegaconf import ListConfig, OmegaConf
+
+    _added_settings(cfg, "")
 
     for rule in RANGES:
         try:

@@ -98,6 +98,8 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     # a group given a value that is no option name (Hydra's bare ValueError: was a crash, exit 1)
     (["deployment=null"], ["'deployment=null'", "valid deployment: aggregated, homogeneous_pd, naive_hetero"]),
     (["link=5"], ["'link=5'", "valid link: vpc_100g"]),
+    # `+` adds a key to any node: to a schema's node it is a typo nothing would read (was run, exit 0)
+    (["+loadgen.rate_rpz=5"], ["loadgen.rate_rpz is not a setting of loadgen", "did you mean loadgen.rate_rps?"]),
     (["deployment=[]"], ["no deployment chosen", "valid deployment: aggregated, homogeneous_pd"]),
     (["loadgen.rate_rps=abc"], ["loadgen.rate_rps=abc", "Float"]),
     (["loadgen.rate_rps=["], ["'loadgen.rate_rps=['"]),
