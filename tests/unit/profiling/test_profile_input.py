@@ -26,20 +26,39 @@ def run_profile(tmp_path: Path, url: str, *overrides: str) -> subprocess.Complet
 @pytest.mark.parametrize(
     ("override", "message"),
     [("profile.decode.kind=foo", "profile.decode.kind='foo'; valid: per_batch, linear"),
-     ("profile.hardware=foo", "profile.hardware='foo': no conf/hardware/foo.yaml to check the profile on; valid: "),
-     ("profile.prefill.repeats=0", "profile.prefill.repeats must be an integer >= 1, got 0"),
-     ("profile.architecture={hidden_size: 64}", "profile.architecture is missing layers"),
-     ("profile.prefill.lengths=[-1,128,256]", "profile.prefill.lengths must be a non-empty list of integers >= 1"),
-     ("profile.prefill.lengths=[128,256]", "profile.prefill.lengths needs more than 2 distinct lengths"),
-     ("profile.decode.batches=[1,4]", "profile.decode: batch 4 is outside 1..2"),  # with profile.slots=2 below
-     ("profile.name=../../etc/x", "profile.name='../../etc/x' must be a plain file name"),
-     ("profile.name=a/b", "profile.name='a/b' must be a plain file name")],
+     ("profile.name=../../etc/x", "profile.name='../../etc/x' must be a plain file name")],
 )
 def test_a_bad_design_is_refused_before_the_server_is_asked(one_error_line, tmp_path, closed_url, override, message):
     line = one_error_line(run_profile(tmp_path, closed_url, override, "profile.slots=2"))
     assert message in line  # not "no answer at /v1/models": the server was never asked
     assert not (tmp_path / "run" / "probes.parquet").exists()
     assert not list(tmp_path.rglob("*.yaml")) or all(".hydra" in p.parts for p in tmp_path.rglob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("profile.hardware=foo", "profile.hardware='foo': no conf/hardware/foo.yaml to check the profile on; valid: "),
+     ("profile.prefill.repeats=0", "profile.prefill.repeats must be an integer >= 1, got 0"),
+     ("profile.architecture={hidden_size: 64}", "profile.architecture is missing layers"),
+     ("profile.prefill.lengths=[-1,128,256]", "profile.prefill.lengths must be a non-empty list of integers >= 1"),
+     ("profile.prefill.lengths=[128,256]", "profile.prefill.lengths needs more than 2 distinct lengths"),
+     ("profile.decode.batches=[1,4]", "profile.decode: batch 4 is outside 1..2"),  # with profile.slots=2 below
+     ("profile.name=a/b", "profile.name='a/b' must be a plain file name")],
+)
+def test_each_bad_setting_is_named(override, message):
+    """The same check the command runs first (the test above: before the server is asked), in process."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.errors import InputError
+    from harness.profiling.design import check_design
+    from harness.schema import register_configs
+
+    register_configs("profile")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("profile", overrides=["target.url=http://127.0.0.1:9", override, "profile.slots=2"])
+    with pytest.raises(InputError) as err:
+        check_design(cfg)
+    assert message in str(err.value)
 
 
 def test_the_hardware_error_lists_the_hardware_configs(one_error_line, tmp_path, closed_url):
