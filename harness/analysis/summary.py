@@ -184,7 +184,8 @@ def vllm_names(summary: Mapping[str, Any], requests_df: Frame,
         if isinstance(summary.get("served_model"), str)
         else summary.get("model"),
         "num_prompts": summary["n_requests"],
-        "request_rate": rate if _finite(rate) else "inf",  # vLLM writes "inf" for an unpaced run
+        # vLLM writes "inf" for an unpaced run; harness-serve does not know how its clients paced: null
+        "request_rate": None if summary.get("mode") == "serve" else rate if _finite(rate) else "inf",
         "burstiness": summary.get("burstiness", float("nan")),
         "max_concurrency": int(max_conc) if _finite(max_conc) else None,
         "duration": summary["duration_s"],

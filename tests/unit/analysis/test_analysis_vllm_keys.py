@@ -68,6 +68,14 @@ def test_every_measurable_vllm_key_is_in_summary_json():
     assert out["burstiness"] == 1.0 and out["label"] == "url:m" and out["num_prompts"] == 3
 
 
+def test_a_servers_summary_does_not_claim_an_unpaced_run():
+    """harness-serve records what its clients sent, however they paced it: its request_rate is unknown (null),
+    not vLLM's "inf" for an unpaced run (a client pacing at 1.9 req/s read as "inf")."""
+    req, _chunks = http_run()
+    analysis = {"slo": {"ttft_s": 10.0, "tpot_s": 1.0}, "warmup_fraction": 0.0}
+    assert vllm_names(summarize(req, None, {**META, "mode": "serve"}, analysis), req)["request_rate"] is None
+
+
 def test_itl_is_the_pooled_gaps_between_chunks_of_completed_requests():
     req, chunks = http_run()
     out = _json(req, chunks, (50.0, 99.9))
