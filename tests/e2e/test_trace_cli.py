@@ -125,3 +125,25 @@ def test_bad_trace_subprocess_has_no_traceback():
 def test_help(verb):
     done = _cli(verb, "--help")
     assert done.returncode == 0 and "usage: harness-trace" in done.stdout
+
+
+def _main(*args: str) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    return int(exit_info.value.code or 0)
+
+
+def test_csv_gz_round_trip(tmp_path, capsys):
+    """jsonl -> csv.gz (a real gzip) -> stats and back to jsonl: the lengths and times come back."""
+    source = tmp_path / "t.jsonl"
+    source.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                      '{"timestamp": 1500, "input_length": 100, "output_length": 7, "hash_ids": [3]}\n')
+    assert _main("convert", str(source), str(tmp_path / "t.csv.gz")) == 0
+    assert (tmp_path / "t.csv.gz").read_bytes()[:2] == b"\x1f\x8b"
+    capsys.readouterr()
+    assert _main("stats", str(tmp_path / "t.csv.gz"), "--json") == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["n_requests"], stats["duration_s"], stats["input_tokens"]["max"]) == (2, 1.5, 600)
+    assert _main("convert", str(tmp_path / "t.csv.gz"), str(tmp_path / "back.jsonl")) == 0
+    back = [json.loads(line) for line in (tmp_path / "back.jsonl").read_text().splitlines()]
+    assert [(r["timestamp"], r["input_length"], r["output_length"]) for r in back] == [(0, 600, 5), (1500, 100, 7)]

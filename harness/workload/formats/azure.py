@@ -3,12 +3,14 @@
 TIMESTAMP is either a number of seconds from the start of the trace or an ISO-8601 datetime (the
 Azure 2023/2024 files: `2023-11-16 18:15:46.6805900`), which becomes seconds after the first row.
 The format has no block ids, so every request gets fresh unshared hash_ids (counted in the
-report). Extra columns are ignored. Written files use seconds.
+report). Extra columns are ignored. Written files use seconds;
+`.csv.gz` is read and written gzip-compressed.
 """
 
 from __future__ import annotations
 
 import csv
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,15 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
-from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
+from harness.workload.formats.common import (
+    Columns,
+    FieldNames,
+    LoadReport,
+    open_text_for_read,
+    open_text_for_write,
+    progress,
+    to_requests,
+)
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="TIMESTAMP", input="ContextTokens", output="GeneratedTokens")
@@ -34,7 +44,7 @@ def _at_lines(path: Path, lines: list[int]) -> Where:
 def _row_chunks(path: Path, size: int | None = None) -> Iterator[tuple[pd.DataFrame, Where]]:
     """The data rows as strings, `size` rows at a time (all at once when None), and where each one is
     in the file (blank lines skipped, counted). A header-only file gives one empty chunk."""
-    with open(path, newline="", encoding="utf-8") as f:
+    with open_text_for_read(path, newline="") as f:
         reader = csv.reader(f, skipinitialspace=True)
         header = next(reader, None)
         if header is None:
@@ -106,8 +116,10 @@ def _open_rows(path: Path, size: int | None) -> Iterator[tuple[pd.DataFrame, Whe
         yield from _row_chunks(path, size)
     except FileNotFoundError as err:
         raise InputError(f"{path}: no such file") from err
-    except (csv.Error, UnicodeDecodeError, OSError) as err:
-        raise InputError(f"{path}: cannot parse as CSV ({str(err).strip().splitlines()[0]})") from err
+    except (csv.Error, UnicodeDecodeError, OSError, EOFError, zlib.error) as err:
+        what = "gzip-compressed CSV" if path.name.lower().endswith(".gz") else "CSV"
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(f"{path}: cannot parse as {what} ({first_line})") from err
 
 
 def _parse(path: Path, frame: pd.DataFrame, where: Where, report: LoadReport, state: dict[str, Any]) -> Columns:
