@@ -51,6 +51,10 @@ def _row_chunks(path: Path, size: int | None = None) -> Iterator[tuple[pd.DataFr
             raise InputError(f"{path}: empty trace (no header, no requests)")
         width = len(header)
         columns = [str(c).strip() for c in header]
+        repeated = [c for c in HEADER if columns.count(c) > 1]
+        if repeated:
+            raise InputError(f"{path}:1: column '{repeated[0]}' appears {columns.count(repeated[0])} times in "
+                             f"the header (found {','.join(columns)})")
         rows: list[list[str]] = []
         lines: list[int] = []
         sent = False
