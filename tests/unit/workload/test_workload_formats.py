@@ -141,3 +141,18 @@ def test_absurd_lengths_are_refused_before_ids_are_synthesised(tmp_path):
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,5\n1,1000000000000,5\n")
     with pytest.raises(InputError, match=r"huge.csv:3: field 'ContextTokens' = 1000000000000 is over"):
         read_trace(path)
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("bom.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,600,5\n1.5,100,7\n"),
+    ("bom.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 5}\n'
+                  '{"timestamp": 1500, "input_length": 100, "output_length": 7}\n'),
+    ("bom.jsonl.gz", '{"timestamp": 0, "input_length": 600, "output_length": 5}\n'
+                     '{"timestamp": 1500, "input_length": 100, "output_length": 7}\n'),
+], ids=["csv", "jsonl", "jsonl.gz"])
+def test_utf8_bom_is_read_like_no_bom(tmp_path, name, text):
+    """Spreadsheet exports start with a UTF-8 byte-order mark; the rows read as without it."""
+    data = b"\xef\xbb\xbf" + text.encode()
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    reqs = read_trace(tmp_path / name)
+    assert [(r.arrival_s, r.input_tokens, r.output_tokens) for r in reqs] == [(0.0, 600, 5), (1.5, 100, 7)]
