@@ -88,6 +88,23 @@ def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
     return ints
 
 
+def _check_order(where: Where, stamps: pd.Series, text: pd.Series, state: dict[str, Any]) -> None:
+    """Datetimes must not go back (checked here, where the stored text is at hand: as offsets from the
+    first row an earlier one would only show as a negative time). `state` carries the previous chunk's last."""
+    if not len(stamps):
+        return
+    ns = pd.DatetimeIndex(stamps).asi8
+    if "last_ns" in state and ns[0] < state["last_ns"]:
+        raise InputError(f"{where(0)}: field 'TIMESTAMP' goes back in time ({text.iloc[0]!r} after "
+                         f"{state['last_text']!r}); timestamps must be non-decreasing")
+    back = np.diff(ns) < 0
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        raise InputError(f"{where(i)}: field 'TIMESTAMP' goes back in time ({text.iloc[i]!r} after "
+                         f"{text.iloc[i - 1]!r}); timestamps must be non-decreasing")
+    state["last_ns"], state["last_text"] = int(ns[-1]), text.iloc[-1]
+
+
 def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict[str, Any] | None = None) -> np.ndarray:
     """Seconds if the first row is a number, else ISO-8601 datetimes; the first misfit row is named.
 
@@ -106,6 +123,7 @@ def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict[
         bad = stamps.isna().to_numpy()
         kind = "an ISO-8601 datetime (as in the first row)"
         if not bad.any():
+            _check_order(where, stamps, frame["TIMESTAMP"], state)
             base = state.setdefault("base", stamps.iloc[0])
             report.rebased_from = base.isoformat()
             values = (stamps - base).dt.total_seconds().to_numpy(dtype=np.float64)

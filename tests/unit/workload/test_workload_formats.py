@@ -156,3 +156,16 @@ def test_utf8_bom_is_read_like_no_bom(tmp_path, name, text):
     (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
     reqs = read_trace(tmp_path / name)
     assert [(r.arrival_s, r.input_tokens, r.output_tokens) for r in reqs] == [(0.0, 600, 5), (1.5, 100, 7)]
+
+
+def test_datetimes_going_back_across_a_chunk_boundary(tmp_path):
+    """Read in chunks (as `harness-trace stats` does), a datetime earlier than the previous chunk's last
+    is named as going back in time, with both values as stored (not as a negative offset)."""
+    from harness.workload.formats import azure
+
+    path = tmp_path / "back.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:01,600,10\n"
+                    "2024-05-10 00:00:02,600,10\n2024-05-10 00:00:01.5,100,5\n")
+    with pytest.raises(InputError, match=r"back.csv:4: field 'TIMESTAMP' goes back in time "
+                                         r"\('2024-05-10 00:00:01.5' after '2024-05-10 00:00:02'\)"):
+        list(azure.chunks(path, rows=2))
