@@ -123,6 +123,11 @@ def chunks(path: Path, rows: int = 10_000,
         yield _columns(path, batch)
 
 
+def rounds_time(arrival_s: float) -> bool:
+    """Whether writing `arrival_s` (as whole milliseconds) and reading it back gives another time."""
+    return round(arrival_s * 1000.0) / 1000.0 != arrival_s
+
+
 def _line(r: Request) -> str:
     # Implementation note: formatted by hand (json.dumps' default separators) because it is ~5x
     # faster for 100k-row traces and gives byte-identical output to the Mooncake files.
