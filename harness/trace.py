@@ -85,13 +85,14 @@ def _stats(args: argparse.Namespace) -> None:
 def _convert(args: argparse.Namespace) -> None:
     from harness.workload.base import resolve_path
     from harness.workload.formats import detect_format, load_trace, write_trace
+    from harness.workload.formats.mooncake import rounds_time
 
     out_fmt = detect_format(args.output, args.output_format)
     requests, report = load_trace(resolve_path(args.input), args.input_format, args.block_tokens)
     _note(report.lines())
     if out_fmt == "csv" and any(r.session_id is not None or len(r.hash_ids) for r in requests):
         _note([f"{args.output}: Azure-style CSV keeps no hash_ids, sessions or turns (prefix sharing is lost)"])
-    if out_fmt == "jsonl" and any(r.arrival_s * 1000 != round(r.arrival_s * 1000) for r in requests):
+    if out_fmt == "jsonl" and any(rounds_time(r.arrival_s) for r in requests):
         _note([f"{args.output}: Mooncake JSONL stores whole milliseconds; arrival times rounded"])
     write_trace(requests, args.output, out_fmt)
     sys.stderr.write(f"wrote {len(requests):,} requests to {args.output}\n")

@@ -72,6 +72,9 @@ class TraceWorkload:
         if self.num_requests is not None and len(requests) > self.num_requests:
             report.truncated = len(requests) - self.num_requests
             requests = requests[: self.num_requests]
+        elif self.num_requests is not None and len(requests) < self.num_requests:
+            report.notes.append(f"holds {len(requests)} requests; workload.num_requests={self.num_requests} "
+                                f"replays all {len(requests)}")
         arrivals = self.arrivals if rate_rps is None else self.arrivals.with_rate(rate_rps)
         stamps = np.fromiter((r.arrival_s for r in requests), dtype=np.float64, count=len(requests))
         if isinstance(arrivals, Replay):

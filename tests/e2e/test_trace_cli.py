@@ -125,3 +125,38 @@ def test_bad_trace_subprocess_has_no_traceback():
 def test_help(verb):
     done = _cli(verb, "--help")
     assert done.returncode == 0 and "usage: harness-trace" in done.stdout
+
+
+def _main(*args: str) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    return int(exit_info.value.code or 0)
+
+
+def test_csv_gz_round_trip(tmp_path, capsys):
+    """jsonl -> csv.gz (a real gzip) -> stats and back to jsonl: the lengths and times come back."""
+    source = tmp_path / "t.jsonl"
+    source.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                      '{"timestamp": 1500, "input_length": 100, "output_length": 7, "hash_ids": [3]}\n')
+    assert _main("convert", str(source), str(tmp_path / "t.csv.gz")) == 0
+    assert (tmp_path / "t.csv.gz").read_bytes()[:2] == b"\x1f\x8b"
+    capsys.readouterr()
+    assert _main("stats", str(tmp_path / "t.csv.gz"), "--json") == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["n_requests"], stats["duration_s"], stats["input_tokens"]["max"]) == (2, 1.5, 600)
+    assert _main("convert", str(tmp_path / "t.csv.gz"), str(tmp_path / "back.jsonl")) == 0
+    back = [json.loads(line) for line in (tmp_path / "back.jsonl").read_text().splitlines()]
+    assert [(r["timestamp"], r["input_length"], r["output_length"]) for r in back] == [(0, 600, 5), (1500, 100, 7)]
+
+
+def test_convert_notes_rounding_only_when_times_change(tmp_path, capsys):
+    """16.08 s * 1000 is not exactly 16080.0, yet 16080 ms reads back as 16.08 s: no false note."""
+    source = tmp_path / "ms.jsonl"
+    source.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                      '{"timestamp": 16080, "input_length": 100, "output_length": 7, "hash_ids": [3]}\n')
+    assert _main("convert", str(source), str(tmp_path / "ms2.jsonl")) == 0
+    assert (tmp_path / "ms2.jsonl").read_bytes() == source.read_bytes()
+    assert "rounded" not in capsys.readouterr().err
+    (tmp_path / "fine.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,600,5\n16.0804,100,7\n")
+    assert _main("convert", str(tmp_path / "fine.csv"), str(tmp_path / "fine.jsonl")) == 0
+    assert "whole milliseconds; arrival times rounded" in capsys.readouterr().err

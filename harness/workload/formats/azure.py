@@ -3,12 +3,14 @@
 TIMESTAMP is either a number of seconds from the start of the trace or an ISO-8601 datetime (the
 Azure 2023/2024 files: `2023-11-16 18:15:46.6805900`), which becomes seconds after the first row.
 The format has no block ids, so every request gets fresh unshared hash_ids (counted in the
-report). Extra columns are ignored. Written files use seconds.
+report). Extra columns are ignored. Written files use seconds;
+`.csv.gz` is read and written gzip-compressed.
 """
 
 from __future__ import annotations
 
 import csv
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,15 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
-from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
+from harness.workload.formats.common import (
+    Columns,
+    FieldNames,
+    LoadReport,
+    open_text_for_read,
+    open_text_for_write,
+    progress,
+    to_requests,
+)
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="TIMESTAMP", input="ContextTokens", output="GeneratedTokens")
@@ -34,13 +44,17 @@ def _at_lines(path: Path, lines: list[int]) -> Where:
 def _row_chunks(path: Path, size: int | None = None) -> Iterator[tuple[pd.DataFrame, Where]]:
     """The data rows as strings, `size` rows at a time (all at once when None), and where each one is
     in the file (blank lines skipped, counted). A header-only file gives one empty chunk."""
-    with open(path, newline="", encoding="utf-8") as f:
+    with open_text_for_read(path, newline="") as f:
         reader = csv.reader(f, skipinitialspace=True)
         header = next(reader, None)
         if header is None:
             raise InputError(f"{path}: empty trace (no header, no requests)")
         width = len(header)
         columns = [str(c).strip() for c in header]
+        repeated = [c for c in HEADER if columns.count(c) > 1]
+        if repeated:
+            raise InputError(f"{path}:1: column '{repeated[0]}' appears {columns.count(repeated[0])} times in "
+                             f"the header (found {','.join(columns)})")
         rows: list[list[str]] = []
         lines: list[int] = []
         sent = False
@@ -74,6 +88,23 @@ def _integers(where: Where, frame: pd.DataFrame, column: str) -> np.ndarray:
     return ints
 
 
+def _check_order(where: Where, stamps: pd.Series, text: pd.Series, state: dict[str, Any]) -> None:
+    """Datetimes must not go back (checked here, where the stored text is at hand: as offsets from the
+    first row an earlier one would only show as a negative time). `state` carries the previous chunk's last."""
+    if not len(stamps):
+        return
+    ns = pd.DatetimeIndex(stamps).asi8
+    if "last_ns" in state and ns[0] < state["last_ns"]:
+        raise InputError(f"{where(0)}: field 'TIMESTAMP' goes back in time ({text.iloc[0]!r} after "
+                         f"{state['last_text']!r}); timestamps must be non-decreasing")
+    back = np.diff(ns) < 0
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        raise InputError(f"{where(i)}: field 'TIMESTAMP' goes back in time ({text.iloc[i]!r} after "
+                         f"{text.iloc[i - 1]!r}); timestamps must be non-decreasing")
+    state["last_ns"], state["last_text"] = int(ns[-1]), text.iloc[-1]
+
+
 def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict[str, Any] | None = None) -> np.ndarray:
     """Seconds if the first row is a number, else ISO-8601 datetimes; the first misfit row is named.
 
@@ -92,6 +123,7 @@ def _seconds(where: Where, frame: pd.DataFrame, report: LoadReport, state: dict[
         bad = stamps.isna().to_numpy()
         kind = "an ISO-8601 datetime (as in the first row)"
         if not bad.any():
+            _check_order(where, stamps, frame["TIMESTAMP"], state)
             base = state.setdefault("base", stamps.iloc[0])
             report.rebased_from = base.isoformat()
             values = (stamps - base).dt.total_seconds().to_numpy(dtype=np.float64)
@@ -106,8 +138,10 @@ def _open_rows(path: Path, size: int | None) -> Iterator[tuple[pd.DataFrame, Whe
         yield from _row_chunks(path, size)
     except FileNotFoundError as err:
         raise InputError(f"{path}: no such file") from err
-    except (csv.Error, UnicodeDecodeError, OSError) as err:
-        raise InputError(f"{path}: cannot parse as CSV ({str(err).strip().splitlines()[0]})") from err
+    except (csv.Error, UnicodeDecodeError, OSError, EOFError, zlib.error) as err:
+        what = "gzip-compressed CSV" if path.name.lower().endswith(".gz") else "CSV"
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(f"{path}: cannot parse as {what} ({first_line})") from err
 
 
 def _parse(path: Path, frame: pd.DataFrame, where: Where, report: LoadReport, state: dict[str, Any]) -> Columns:

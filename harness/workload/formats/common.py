@@ -180,6 +180,14 @@ def progress(requests: Sequence[Request], what: str) -> Iterable[Request]:
     return bar
 
 
+def open_text_for_read(path: Path, newline: str | None) -> IO[str]:
+    """A UTF-8 text file for reading, gzip-decompressed when the name ends in .gz; a leading byte-order
+    mark (as spreadsheet exports write) is dropped."""
+    if path.name.lower().endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline=newline)
+    return open(path, encoding="utf-8-sig", newline=newline)
+
+
 def open_text_for_write(path: Path) -> IO[str]:
     """A text file for writing, gzip-compressed when the name ends in .gz.
 

@@ -9,8 +9,6 @@ transparently; written gzip files carry no name or mtime, so equal traces give e
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import math
 import zlib
@@ -21,7 +19,15 @@ from typing import IO, Any
 import numpy as np
 
 from harness.errors import InputError
-from harness.workload.formats.common import Columns, FieldNames, LoadReport, open_text_for_write, progress, to_requests
+from harness.workload.formats.common import (
+    Columns,
+    FieldNames,
+    LoadReport,
+    open_text_for_read,
+    open_text_for_write,
+    progress,
+    to_requests,
+)
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="timestamp", input="input_length", output="output_length")
@@ -32,9 +38,7 @@ _MAX_TIMESTAMP_MS = 1e15  # ~31,700 years: beyond it a "timestamp" is not one
 
 
 def _open_text(path: Path) -> IO[str]:
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="\n")
-    return open(path, encoding="utf-8", newline="\n")  # JSON Lines ends lines with \n only; \r is whitespace
+    return open_text_for_read(path, newline="\n")  # JSON Lines ends lines with \n only; \r is whitespace
 
 
 def _int(obj: dict[str, Any], key: str, where: str, optional: bool = False) -> int | None:
@@ -117,6 +121,11 @@ def chunks(path: Path, rows: int = 10_000,
             batch = []
     if batch:
         yield _columns(path, batch)
+
+
+def rounds_time(arrival_s: float) -> bool:
+    """Whether writing `arrival_s` (as whole milliseconds) and reading it back gives another time."""
+    return round(arrival_s * 1000.0) / 1000.0 != arrival_s
 
 
 def _line(r: Request) -> str:

@@ -27,28 +27,44 @@ def _at_row(path: Path, start: int, request_id: np.ndarray) -> Callable[[int], s
     return lambda i: f"{path}: row {start + i} (request_id {request_id[i]})"
 
 
-def _int_column(path: Path, table: pa.Table, name: str) -> np.ndarray:
+_INT64_MAX = 2**63 - 1
+
+
+def _too_big(path: Path, row: int, name: str, value: int) -> InputError:
+    return InputError(f"{path}: row {row}: field '{name}' = {value} does not fit a 64-bit signed integer "
+                      f"(at most {_INT64_MAX})")
+
+
+def _int_column(path: Path, table: pa.Table, name: str, first_row: int = 0) -> np.ndarray:
     col = table.column(name)
     if not pa.types.is_integer(col.type):
         raise InputError(f"{path}: column '{name}' must hold integers, has type {col.type}")
     if col.null_count:
         i = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
-        raise InputError(f"{path}: row {i}: field '{name}' is null")
-    values: np.ndarray = col.to_numpy().astype(np.int64)
+        raise InputError(f"{path}: row {first_row + i}: field '{name}' is null")
+    stored = col.to_numpy()
+    if pa.types.is_uint64(col.type) and (stored > _INT64_MAX).any():
+        i = int(np.argmax(stored > _INT64_MAX))
+        raise _too_big(path, first_row + i, name, int(stored[i]))
+    values: np.ndarray = stored.astype(np.int64)
     return values
 
 
-def _optional_ints(path: Path, table: pa.Table, name: str) -> list[int | None] | None:
+def _optional_ints(path: Path, table: pa.Table, name: str, first_row: int = 0) -> list[int | None] | None:
     if name not in table.column_names:
         return None
     col = table.column(name)
     if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
         raise InputError(f"{path}: column '{name}' must hold integers or nulls, has type {col.type}")
     ints: list[int | None] = col.to_pylist()
+    if pa.types.is_uint64(col.type):
+        for i, value in enumerate(ints):
+            if value is not None and value > _INT64_MAX:
+                raise _too_big(path, first_row + i, name, value)
     return ints
 
 
-def _hash_ids(path: Path, table: pa.Table) -> list[tuple[int, ...] | None] | None:
+def _hash_ids(path: Path, table: pa.Table, first_row: int = 0) -> list[tuple[int, ...] | None] | None:
     if "hash_ids" not in table.column_names:
         return None
     col = table.column("hash_ids")
@@ -56,10 +72,24 @@ def _hash_ids(path: Path, table: pa.Table) -> list[tuple[int, ...] | None] | Non
             and pa.types.is_integer(col.type.value_type)):
         raise InputError(f"{path}: column 'hash_ids' must be a list of integers, has type {col.type}")
     arr = col.combine_chunks()
-    offsets = arr.offsets.to_numpy().tolist()
-    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64).tolist()
+    offsets = arr.offsets.to_numpy()
+    used = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])) if len(offsets) else arr.values
+
+    def row_of(k: int) -> int:  # the row whose list holds element k of `used`
+        return first_row + int(np.searchsorted(offsets, offsets[0] + k, side="right")) - 1
+
+    if used.null_count:
+        k = int(np.argmax(used.is_null().to_numpy(zero_copy_only=False)))
+        raise InputError(f"{path}: row {row_of(k)}: field 'hash_ids' holds a null id "
+                         f"(element {offsets[0] + k - offsets[row_of(k) - first_row]})")
+    stored = used.to_numpy(zero_copy_only=False)
+    if pa.types.is_uint64(used.type) and (stored > _INT64_MAX).any():
+        k = int(np.argmax(stored > _INT64_MAX))
+        raise _too_big(path, row_of(k), "hash_ids", int(stored[k]))
+    values = stored.astype(np.int64).tolist()
+    starts = (offsets - offsets[0]).tolist()
     nulls = arr.is_null().to_numpy(zero_copy_only=False).tolist()
-    return [None if nulls[i] else tuple(values[offsets[i]:offsets[i + 1]]) for i in range(len(arr))]
+    return [None if nulls[i] else tuple(values[starts[i]:starts[i + 1]]) for i in range(len(arr))]
 
 
 def _open(path: Path, read: Callable[[], Any]) -> Any:
@@ -81,10 +111,11 @@ def _parse(path: Path, table: pa.Table, names: list[str], first_row: int = 0) ->
     if not (pa.types.is_floating(arrival.type) or pa.types.is_integer(arrival.type)) or arrival.null_count:
         raise InputError(f"{path}: column 'arrival_s' must hold non-null numbers of seconds, has type "
                          f"{arrival.type} with {arrival.null_count} null(s)")
-    request_id = _int_column(path, table, "request_id")
-    cols = Columns(arrival.to_numpy().astype(np.float64), _int_column(path, table, "input_tokens"),
-                   _int_column(path, table, "output_tokens"), _hash_ids(path, table),
-                   _optional_ints(path, table, "session_id"), _optional_ints(path, table, "turn"), request_id)
+    request_id = _int_column(path, table, "request_id", first_row)
+    cols = Columns(arrival.to_numpy().astype(np.float64), _int_column(path, table, "input_tokens", first_row),
+                   _int_column(path, table, "output_tokens", first_row), _hash_ids(path, table, first_row),
+                   _optional_ints(path, table, "session_id", first_row),
+                   _optional_ints(path, table, "turn", first_row), request_id)
     return cols, request_id
 
 
@@ -118,7 +149,7 @@ def chunks(path: Path, rows: int = 10_000,
         batch = _open(path, lambda: next(batches, None))
         if batch is None:
             break
-        cols, request_id = _parse(path, pa.Table.from_batches([batch]), names)
+        cols, request_id = _parse(path, pa.Table.from_batches([batch]), names, start)
         ids.append(request_id)
         yield cols, _at_row(path, start, request_id)
         start += batch.num_rows

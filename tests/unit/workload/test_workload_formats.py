@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -141,3 +142,73 @@ def test_absurd_lengths_are_refused_before_ids_are_synthesised(tmp_path):
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,5\n1,1000000000000,5\n")
     with pytest.raises(InputError, match=r"huge.csv:3: field 'ContextTokens' = 1000000000000 is over"):
         read_trace(path)
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("bom.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,600,5\n1.5,100,7\n"),
+    ("bom.jsonl", '{"timestamp": 0, "input_length": 600, "output_length": 5}\n'
+                  '{"timestamp": 1500, "input_length": 100, "output_length": 7}\n'),
+    ("bom.jsonl.gz", '{"timestamp": 0, "input_length": 600, "output_length": 5}\n'
+                     '{"timestamp": 1500, "input_length": 100, "output_length": 7}\n'),
+], ids=["csv", "jsonl", "jsonl.gz"])
+def test_utf8_bom_is_read_like_no_bom(tmp_path, name, text):
+    """Spreadsheet exports start with a UTF-8 byte-order mark; the rows read as without it."""
+    data = b"\xef\xbb\xbf" + text.encode()
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    reqs = read_trace(tmp_path / name)
+    assert [(r.arrival_s, r.input_tokens, r.output_tokens) for r in reqs] == [(0.0, 600, 5), (1.5, 100, 7)]
+
+
+def test_datetimes_going_back_across_a_chunk_boundary(tmp_path):
+    """Read in chunks (as `harness-trace stats` does), a datetime earlier than the previous chunk's last
+    is named as going back in time, with both values as stored (not as a negative offset)."""
+    from harness.workload.formats import azure
+
+    path = tmp_path / "back.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:01,600,10\n"
+                    "2024-05-10 00:00:02,600,10\n2024-05-10 00:00:01.5,100,5\n")
+    with pytest.raises(InputError, match=r"back.csv:4: field 'TIMESTAMP' goes back in time "
+                                         r"\('2024-05-10 00:00:01.5' after '2024-05-10 00:00:02'\)"):
+        list(azure.chunks(path, rows=2))
+
+
+def _parquet_table(**columns):
+    import pyarrow as pa
+
+    table = {"request_id": pa.array([0, 1], pa.int64()), "arrival_s": pa.array([0.0, 1.0]),
+             "input_tokens": pa.array([600, 100], pa.int64()), "output_tokens": pa.array([5, 5], pa.int64()),
+             "hash_ids": pa.array([[1, 2], [3]], pa.list_(pa.int64()))}
+    table.update(columns)
+    return pa.table(table)
+
+
+def _bad_parquet_columns():
+    import pyarrow as pa
+
+    return {
+        "null_id": ({"hash_ids": pa.array([[1, None], [3]], pa.list_(pa.int64()))},
+                    "row 0: field 'hash_ids' holds a null id"),
+        "uint64_id": ({"hash_ids": pa.array([[1, 2], [2**63 + 5]], pa.list_(pa.uint64()))},
+                      f"row 1: field 'hash_ids' = {2**63 + 5} does not fit"),
+        "uint64_tokens": ({"input_tokens": pa.array([600, 2**64 - 1], pa.uint64())},
+                          f"row 1: field 'input_tokens' = {2**64 - 1} does not fit"),
+        "uint64_session": ({"session_id": pa.array([None, 2**64 - 2], pa.uint64())},
+                           f"row 1: field 'session_id' = {2**64 - 2} does not fit"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_parquet_columns()))
+def test_parquet_integers_out_of_int64_or_null_are_refused(tmp_path, case):
+    """Parquet integers are checked before conversion to int64 (a null id became -2**63 and uint64 wrapped
+    negative); the error names the row and field with the value as stored, whole-file and chunked."""
+    import pyarrow.parquet as pq
+
+    from harness.workload.formats import parquet
+
+    columns, expected = _bad_parquet_columns()[case]
+    path = tmp_path / f"{case}.parquet"
+    pq.write_table(_parquet_table(**columns), path)
+    with pytest.raises(InputError, match=re.escape(f"{path}: {expected}")):
+        read_trace(path)
+    with pytest.raises(InputError, match=re.escape(f"{path}: {expected}")):
+        list(parquet.chunks(path, rows=1))

@@ -23,6 +23,14 @@ def test_all_rows_or_first_n():
     assert [r.request_id for r in requests] == [0, 1] and report.truncated == 2
 
 
+def test_more_requests_than_the_trace_holds_is_noted():
+    requests, report = TraceWorkload(TINY, num_requests=1000).load()
+    assert len(requests) == 4 and report.truncated == 0
+    note = f"{TINY}: holds 4 requests; workload.num_requests=1000 replays all 4"
+    assert note in report.lines()
+    assert not any("num_requests" in line for line in TraceWorkload(TINY, num_requests=4).load()[1].lines())
+
+
 def test_replay_keeps_lengths_and_prefixes_and_spreads_ticks():
     requests, report = TraceWorkload(TINY, arrivals=Replay(spread_ticks_s=3.0)).load()
     assert [r.arrival_s for r in requests] == pytest.approx([0.0, 0.75, 1.5, 3.001])
