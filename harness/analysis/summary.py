@@ -202,6 +202,8 @@ def vllm_names(summary: Mapping[str, Any], requests_df: Frame,
         out.update(ms(column, name))
     # Chunk-level keys (ITL, peak token rate) an HTTP run measured: carried as vllm_<key> in the summary.
     out.update({k.removeprefix("vllm_"): v for k, v in summary.items() if k.startswith("vllm_")})
+    if "max_concurrent_requests" not in out:  # no chunks (sim): the requests' own stamps say it
+        out["max_concurrent_requests"] = vm.max_concurrent_requests(requests_df)
     return out
 
 

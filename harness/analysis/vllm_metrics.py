@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.analysis.columns import Frame
 from harness.analysis.metrics import _finite, _values, completed_mask
 
 
@@ -56,8 +57,24 @@ def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tu
     bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)
     ok = (bins >= 0) & (bins < n_bins)
     tokens = np.bincount(bins[ok], weights=weights[ok], minlength=n_bins)
+    return float(tokens.max()), _max_active(start, end, t0, n_bins)
+
+
+def _max_active(start: np.ndarray, end: np.ndarray, t0: float, n_bins: int) -> int:
+    """Most requests active in any 1-second bin from t0: a request counts in every bin from its start's to its end's."""
     active = np.zeros(n_bins + 1, dtype=int)
     first, last = np.floor(start - t0).astype(int), np.floor(end - t0).astype(int)
     np.add.at(active, np.clip(first, 0, n_bins), 1)
     np.add.at(active, np.clip(last + 1, 0, n_bins), -1)
-    return float(tokens.max()), int(np.cumsum(active)[:n_bins].max())
+    return int(np.cumsum(active)[:n_bins].max())
+
+
+def max_concurrent_requests(requests: Frame) -> int:
+    """vLLM's max_concurrent_requests from the requests alone (a sim run has no chunks): the completed
+    requests, arrival to finish, in the 1-second bins `peak_output_tokens_per_s` counts them in."""
+    done = completed_mask(requests)
+    if not done.any():
+        return 0
+    start, end = _values(requests, "arrival_s")[done], _values(requests, "finish_s")[done]
+    t0 = float(np.nanmin(start))
+    return _max_active(start, end, t0, int(np.ceil(np.nanmax(end) - t0)) + 1)

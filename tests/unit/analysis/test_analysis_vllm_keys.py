@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -129,3 +130,16 @@ def test_interrupted_requests_are_neither_failures_nor_slo_misses():
     s = summarize(requests_frame(rows), None, {"mode": "url"}, {"slo": {"ttft_s": 1.0, "tpot_s": 0.05}})
     assert (s["n_requests"], s["completed"], s["failed"], s["interrupted_requests"]) == (4, 2, 1, 1)
     assert s["slo_attainment"] == pytest.approx(2 / 3)
+
+
+def test_a_run_without_chunks_reports_max_concurrent_requests_from_its_requests():
+    """A sim run has no chunks: vLLM's max_concurrent_requests (completed requests active in a 1-second bin
+    from the first arrival) comes from arrival and finish stamps. Before, a sim summary.json had no such key."""
+    req = pd.DataFrame({"request_id": [0, 1, 2, 3], "arrival_s": [0.0, 0.5, 3.0, 0.2],
+                        "finish_s": [2.5, 1.2, 4.0, np.nan], "ttft_s": [0.1, 0.1, 0.1, np.nan],
+                        "tpot_s": [0.01] * 4, "e2e_s": [2.5, 0.7, 1.0, np.nan], "output_tokens": [4, 4, 4, 0],
+                        "input_tokens": [10] * 4, "error": [None, None, None, "timeout"]})
+    meta = {**META, "mode": "sim"}
+    analysis = {"slo": {"ttft_s": 10.0, "tpot_s": 1.0}, "warmup_fraction": 0.0}
+    # bins 0..2 hold request 0, bins 0..1 request 1, bins 3..4 request 2; the failed one is not counted
+    assert vllm_names(summarize(req, None, meta, analysis), req)["max_concurrent_requests"] == 2
