@@ -56,17 +56,19 @@ def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tu
     weights = c["request_id"].map(per_chunk).to_numpy(dtype=float)
     bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)
     ok = (bins >= 0) & (bins < n_bins)
-    tokens = np.bincount(bins[ok], weights=weights[ok], minlength=n_bins)
-    return float(tokens.max()), _max_active(start, end, t0, n_bins)
+    _, at = np.unique(bins[ok], return_inverse=True)  # the bins that hold chunks (the span may be 1e9 s)
+    tokens = np.bincount(at, weights=weights[ok])
+    return float(tokens.max()) if tokens.size else 0.0, _max_active(start, end, t0)
 
 
-def _max_active(start: np.ndarray, end: np.ndarray, t0: float, n_bins: int) -> int:
-    """Most requests active in any 1-second bin from t0: a request counts in every bin from its start's to its end's."""
-    active = np.zeros(n_bins + 1, dtype=int)
-    first, last = np.floor(start - t0).astype(int), np.floor(end - t0).astype(int)
-    np.add.at(active, np.clip(first, 0, n_bins), 1)
-    np.add.at(active, np.clip(last + 1, 0, n_bins), -1)
-    return int(np.cumsum(active)[:n_bins].max())
+def _max_active(start: np.ndarray, end: np.ndarray, t0: float) -> int:
+    """Most requests active in any 1-second bin from t0: a request counts in every bin from its start's to its
+    end's. Summed at the bins where the count changes only: a run's span can be 1e9 s (two requests far apart)."""
+    first = np.floor(start - t0).astype(np.int64)
+    after = np.floor(end - t0).astype(np.int64) + 1
+    bins, at = np.unique(np.concatenate([first, after]), return_inverse=True)
+    steps = np.bincount(at, weights=np.concatenate([np.ones(len(first)), -np.ones(len(after))]), minlength=len(bins))
+    return int(np.cumsum(steps).max()) if len(bins) else 0
 
 
 def max_concurrent_requests(requests: Frame) -> int:
@@ -76,5 +78,4 @@ def max_concurrent_requests(requests: Frame) -> int:
     if not done.any():
         return 0
     start, end = _values(requests, "arrival_s")[done], _values(requests, "finish_s")[done]
-    t0 = float(np.nanmin(start))
-    return _max_active(start, end, t0, int(np.ceil(np.nanmax(end) - t0)) + 1)
+    return _max_active(start, end, float(np.nanmin(start)))

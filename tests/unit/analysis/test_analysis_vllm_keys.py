@@ -143,3 +143,24 @@ def test_a_run_without_chunks_reports_max_concurrent_requests_from_its_requests(
     analysis = {"slo": {"ttft_s": 10.0, "tpot_s": 1.0}, "warmup_fraction": 0.0}
     # bins 0..2 hold request 0, bins 0..1 request 1, bins 3..4 request 2; the failed one is not counted
     assert vllm_names(summarize(req, None, meta, analysis), req)["max_concurrent_requests"] == 2
+
+
+def test_peak_counts_need_no_array_as_long_as_the_span():
+    """Two requests 1e9 s apart (a rate of 1e-9 req/s): the per-second counts are summed where they change,
+    not over a dense array of 1e9 bins (8 GB: `make test` saw a run's peak RSS go to 7.8 GB)."""
+    import tracemalloc
+
+    from harness.analysis import vllm_metrics as vm
+
+    req = pd.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1e9], "finish_s": [2.5, 1e9 + 1.5],
+                        "output_tokens": [4, 2], "n_chunks": [2, 1], "error": [None, None]})
+    chunks = pd.DataFrame({"request_id": [0, 0, 1], "t_s": [0.5, 2.5, 1e9 + 1.5]})
+    tracemalloc.start()
+    try:
+        peak, active = vm.peak_output_tokens_per_s(chunks, req)
+        concurrent = vm.max_concurrent_requests(req)
+        _, most = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (peak, active, concurrent) == (2.0, 1, 1)
+    assert most < 10 * 2**20, most
