@@ -28,8 +28,7 @@ _COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161",
 
 
 def _legend(ax: Axes, **kwargs: Any) -> None:
-    """A legend when something is labelled (a run with no completed request draws no curve: matplotlib
-    would warn "No artists with labels found")."""
+    """A legend when something is labelled (else matplotlib warns "No artists with labels found")."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend(**kwargs)
 
