@@ -27,7 +27,7 @@ from harness.workload.request import Request
 class Offer:
     requests: Sequence[Request]  # a list, or (make_offer(stream=True)) a lazy sequence built as it is read
     concurrency: int | None  # None: open loop
-    offered_rps: float  # the rate asked for (or the trace's own); NaN for closed loops without one
+    offered_rps: float  # the rate asked for (or the trace's own, of what is offered); NaN for closed loops
     max_duration_s: float | None  # stop offering new requests after this much run time
     saturate: bool = False  # rate_rps=inf: a capacity run (closed loop sized from the planner)
     unique_blocks: bool = False  # the workload promises no block id is shared between requests

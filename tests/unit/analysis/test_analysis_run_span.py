@@ -16,9 +16,10 @@ META = {"deployment": "prfaas_pd", "mode": "serve", "link_capacity_gbps": 100.0}
 
 
 def _requests(arrivals: list[float], finishes: list[float]):
+    pairs = enumerate(zip(arrivals, finishes, strict=True))
     return requests_frame([{"deployment": "prfaas_pd", "request_id": i, "arrival_s": a, "input_tokens": 30000,
                             "output_tokens": 8, "route": "prfaas", "ttft_s": 1.0, "tpot_s": 0.02,
-                            "e2e_s": f - a, "finish_s": f} for i, (a, f) in enumerate(zip(arrivals, finishes))])
+                            "e2e_s": f - a, "finish_s": f} for i, (a, f) in pairs])
 
 
 def _series(egress: dict[int, float], util: dict[int, float], n_bins: int = 200):
@@ -44,7 +45,7 @@ def test_idle_bins_before_and_after_the_requests_do_not_count():
 def test_a_bin_counts_when_its_start_lies_in_the_span():
     """Span 100.4 .. 119.5: bin 100 starts before it (left out), bin 119 inside it (counted)."""
     req = _requests([100.4], [119.5])
-    ts = _series({100: 1000.0, **{t: 3.0 for t in range(101, 120)}, 120: 1000.0}, {})
+    ts = _series({100: 1000.0, **dict.fromkeys(range(101, 120), 3.0), 120: 1000.0}, {})
     s = summarize(req, ts, META)
     assert s["egress_gbps_mean"] == pytest.approx(3.0) and s["egress_gbps_p99"] == pytest.approx(3.0)
 
