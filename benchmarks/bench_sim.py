@@ -10,6 +10,8 @@ second (steadier on a shared machine): for the whole `run_sim` (workload, emulat
 series; process time of the run and of the heap loop) and for its event loop alone (`VirtualClock.run`,
 which also streams the workload in; thread time of the loop and of the heap loop). `--repeats R` runs
 each deployment R times and prints medians.
+A second line per deployment gives the CPU seconds outside the event loop and what they leave the loop
+per event for 0.25 over the whole run, beside what an event of the bare heap loop costs (the floor).
 `--profile N` prints the top N functions of a cProfile of the first deployment's run, by own time.
 The first line says whether the emulator core it runs is interpreted or compiled (a mypyc build in
 place, an experiment: README, "Benchmarks").
@@ -147,7 +149,13 @@ def main() -> None:
             rows.append({"wall": wall, "speed": sim_s / wall, "rate": events / wall, "heap": heap_rate,
                          "ratio": events / wall / heap_rate, "heap_cpu": heap_cpu_rate,
                          "ratio_cpu": events / cpu / heap_cpu_rate,
-                         "ratio_loop_cpu": events / _TimedClock.last_cpu_s / heap_thread_rate})
+                         "ratio_loop_cpu": events / _TimedClock.last_cpu_s / heap_thread_rate,
+                         # issue 17's floor: the CPU outside the event loop, and what that leaves the loop
+                         # per event for 0.25 of the heap loop over the whole run, beside the bare loop's cost
+                         "outside_cpu": cpu - _TimedClock.last_cpu_s,
+                         "budget_us": (events / (0.25 * heap_cpu_rate) - (cpu - _TimedClock.last_cpu_s))
+                         / events * 1e6,
+                         "bare_us": 1e6 / heap_thread_rate})
             if profiler is not None:
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.profile)
@@ -161,6 +169,9 @@ def main() -> None:
               f"(heap loop {med['heap_cpu']:9.0f}/CPU s) peak_rss={rss_mb:6.0f}MB"
               f"{f' (medians of {args.repeats})' if args.repeats > 1 else ''}"
               f"{' (first run profiled: slower)' if args.profile and k == 0 else ''}", flush=True)
+        print(f"{'':15s} outside the event loop {med['outside_cpu']:.3f} CPU s: 0.25 over the whole run leaves the "
+              f"loop {med['budget_us']:.2f} us/event; the bare heap loop's event costs {med['bare_us']:.2f} us",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,13 @@ except a request still in flight when a live/url run was stopped (`interrupted`)
 Failed requests count in `n_requests`, `failed` and against SLO attainment, never in latency
 statistics. Percentiles use numpy's linear interpolation (the convention of `vllm bench serve`).
 
+Time-series statistics of the whole run (egress, link and stage utilisation) cover the run span
+(`run_span`: first arrival .. last finish of a completed request), not every bin of the series: a
+`harness-serve` series covers the server's uptime, idle before and after its load. A bin counts
+when its start lies in the span, the rule of the steady-window versions, so about one bin per bin
+width of span counts (the partial bin at the start is left out, the one at the end counted); a span
+inside one bin, where no bin starts, is that bin.
+
 The per-request frame may be a `ParquetColumns` (a long run's requests.parquet read a column at a
 time): every function here reads columns by name, and the masks they share are computed once per
 file (`memo`). The vLLM-named statistics and the per-chunk metrics are in vllm_metrics.py.
@@ -54,11 +61,11 @@ METRICS: dict[str, Metric] = {
     "e2e_p99_s": Metric("s", "s", "99th percentile end-to-end latency"),
     "slo_attainment": Metric("fraction", "%", "share of all requests meeting both the TTFT and TPOT SLO"),
     "goodput_rps": Metric("req/s", "req/s", "completed requests meeting the SLO / duration_s"),
-    "egress_gbps_mean": Metric("Gbps", "Gbps", "mean cross-DC egress over the run span"),
+    "egress_gbps_mean": Metric("Gbps", "Gbps", "mean cross-DC egress over the run span (bins starting in it)"),
     "egress_gbps_p99": Metric("Gbps", "Gbps", "99th percentile of per-bin egress over the run span"),
     "steady_egress_gbps_mean": Metric("Gbps", "Gbps", "mean cross-DC egress inside the steady window"),
-    "link_util_mean": Metric("fraction", "%", "mean of egress / link capacity per bin"),
-    "link_util_p99": Metric("fraction", "%", "99th percentile of egress / link capacity per bin"),
+    "link_util_mean": Metric("fraction", "%", "mean of egress / link capacity per bin over the run span"),
+    "link_util_p99": Metric("fraction", "%", "99th percentile of egress / link capacity per bin over the run span"),
     "offload_fraction": Metric("fraction", "%", "share of routed requests prefilled on the PrfaaS cluster"),
     "cache_hit_token_frac": Metric("fraction", "%", "sum cache_hit_tokens / sum input_tokens (pool KV hits)"),
     "cached_token_frac": Metric("fraction", "%", "sum cached_tokens / sum input_tokens (prefill skipped)"),
@@ -132,12 +139,18 @@ def n_interrupted(df: Frame) -> int:
     return int(interrupted_mask(df).sum())
 
 
-def duration_s(df: Frame) -> float:
-    """Run span: last finish of a completed request - first arrival (NaN with no completion)."""
+def run_span(df: Frame) -> tuple[float, float]:
+    """(first arrival, last finish of a completed request): the run span (NaNs with no completion)."""
     done = completed_mask(df)
     if not done.any() or len(df) == 0:
-        return float("nan")
-    return float(_values(df, "finish_s")[done].max() - _values(df, "arrival_s").min())
+        return float("nan"), float("nan")
+    return float(_values(df, "arrival_s").min()), float(_values(df, "finish_s")[done].max())
+
+
+def duration_s(df: Frame) -> float:
+    """Run span: last finish of a completed request - first arrival (NaN with no completion)."""
+    start, end = run_span(df)
+    return end - start
 
 
 def arrival_rps(df: Frame) -> float:
@@ -313,22 +326,29 @@ def lateness(df: Frame, stat: str) -> float:
     return mean(values) if stat == "mean" else percentile(values, float(stat.removeprefix("p")))
 
 
-def _in_window(ts: pd.DataFrame, start_s: float, end_s: float) -> pd.DataFrame:
+def _in_window(ts: pd.DataFrame, start_s: float, end_s: float, one_bin: bool = False) -> pd.DataFrame:
+    """The bins whose start lies in [start_s, end_s]; `one_bin`: a window inside one bin (no bin
+    starts in it) is that bin (the run span's rule: see the module's docstring)."""
     if ts is None or len(ts) == 0 or np.isnan(start_s) or np.isnan(end_s):
         return ts.iloc[0:0] if ts is not None else pd.DataFrame()
     t = _values(ts, "t_s")
-    return ts[(t >= start_s) & (t <= end_s)]
+    inside = (t >= start_s) & (t <= end_s)
+    if one_bin and not inside.any() and end_s >= start_s:
+        inside = (t <= start_s) & (start_s < t + _values(ts, "bin_s"))
+    return ts[inside]
 
 
-def egress_gbps(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: float = np.inf) -> float:
+def egress_gbps(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: float = np.inf,
+                one_bin: bool = False) -> float:
     """Egress statistic ('mean' or 'pNN') over the time bins whose start lies in [start_s, end_s]."""
-    values = _values(_in_window(ts, start_s, end_s), "egress_gbps")
+    values = _values(_in_window(ts, start_s, end_s, one_bin), "egress_gbps")
     return mean(values) if stat == "mean" else percentile(values, float(stat.removeprefix("p")))
 
 
-def link_util(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: float = np.inf) -> float:
+def link_util(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: float = np.inf,
+              one_bin: bool = False) -> float:
     """Per-bin egress / capacity (capacity may change over the run), then 'mean' or 'pNN'."""
-    win = _in_window(ts, start_s, end_s)
+    win = _in_window(ts, start_s, end_s, one_bin)
     cap = _values(win, "link_capacity_gbps")
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where(cap > 0, _values(win, "egress_gbps") / cap, np.nan)
@@ -336,9 +356,9 @@ def link_util(ts: pd.DataFrame, stat: str, start_s: float = -np.inf, end_s: floa
 
 
 def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = np.inf,
-                     prefix: str = "") -> dict[str, float]:
+                     prefix: str = "", one_bin: bool = False) -> dict[str, float]:
     """Mean of every `util_*` column of the time series: `{prefix}util_decode_mean`, ..."""
-    win = _in_window(ts, start_s, end_s)
+    win = _in_window(ts, start_s, end_s, one_bin)
     cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]
     return {f"{prefix}{c}_mean": mean(_values(win, c)) for c in cols}
 

@@ -75,6 +75,7 @@ def summarize(requests_df: Frame, timeseries_df: pd.DataFrame | None, meta: Mapp
     ttft_slo_s, tpot_slo_s = float(cfg_value(analysis_cfg, "slo.ttft_s")), float(cfg_value(analysis_cfg, "slo.tpot_s"))
     warmup = float(cfg_value(analysis_cfg, "warmup_fraction"))
     start_s, end_s = m.steady_window(df, warmup)
+    run_s = m.run_span(df)  # whole-run time-series statistics: the bins starting in the run span
     n, done, cut = len(df), m.n_completed(df), m.n_interrupted(df)
     deployments = df["deployment"].dropna().unique() if "deployment" in df.columns else []
 
@@ -99,12 +100,12 @@ def summarize(requests_df: Frame, timeseries_df: pd.DataFrame | None, meta: Mapp
         "slo_tpot_s": tpot_slo_s,
         "slo_attainment": m.slo_attainment(df, ttft_slo_s, tpot_slo_s),
         "goodput_rps": m.goodput_rps(df, ttft_slo_s, tpot_slo_s),
-        "egress_gbps_mean": m.egress_gbps(ts, "mean"),
-        "egress_gbps_p99": m.egress_gbps(ts, "p99"),
+        "egress_gbps_mean": m.egress_gbps(ts, "mean", *run_s, one_bin=True),
+        "egress_gbps_p99": m.egress_gbps(ts, "p99", *run_s, one_bin=True),
         "steady_egress_gbps_mean": m.egress_gbps(ts, "mean", start_s, end_s),
         "timeseries_bin_s": m.mean(ts["bin_s"].to_numpy(dtype=float)) if "bin_s" in ts.columns else float("nan"),
-        "link_util_mean": m.link_util(ts, "mean"),
-        "link_util_p99": m.link_util(ts, "p99"),
+        "link_util_mean": m.link_util(ts, "mean", *run_s, one_bin=True),
+        "link_util_p99": m.link_util(ts, "p99", *run_s, one_bin=True),
         "offload_fraction": m.offload_fraction(df),
         "cache_hit_token_frac": m.cache_hit_token_frac(df),
         "cached_token_frac": m.cached_token_frac(df),
@@ -113,7 +114,7 @@ def summarize(requests_df: Frame, timeseries_df: pd.DataFrame | None, meta: Mapp
         "arrival_rps": m.arrival_rps(df),
         "duration_s": m.duration_s(df),
     })
-    s.update(m.stage_util_means(ts))
+    s.update(m.stage_util_means(ts, *run_s, one_bin=True))
     s.update(m.stage_util_means(ts, start_s, end_s, prefix="steady_"))
     if "lateness_s" in df.columns:
         for stat in ("mean", "p99", "max"):

@@ -180,12 +180,14 @@ class AggregatedDeployment:
         if self.on_record is not None:
             self.on_record(record)
 
-    def close(self, reason: str = "run ended before the request completed") -> None:
-        """Record every request still in flight as failed (nothing sent goes unrecorded)."""
+    def close(self, reason: str = "run ended before the request completed", interrupted: bool = False) -> None:
+        """Record every request still in flight as failed (nothing sent goes unrecorded); `interrupted`:
+        cut off by stopping the run (see `Deployment.close`)."""
         for instance in self.instances:
             instance.drop_all()
         for job in list(self.in_flight.values()):
             job.error = reason
+            job.interrupted = interrupted
             self._finish(job)
 
 

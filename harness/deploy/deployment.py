@@ -221,7 +221,9 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
         job.error = reason
         self._finish(job)
 
-    def close(self, reason: str = "run ended before the request completed") -> None:
-        """Record every request still in flight as failed (nothing sent goes unrecorded)."""
+    def close(self, reason: str = "run ended before the request completed", interrupted: bool = False) -> None:
+        """Record every request still in flight as failed (nothing sent goes unrecorded); `interrupted`:
+        the run was stopped, so they are cut off, not failed (their rows say `interrupted`)."""
         for job in list(self.in_flight.values()):
+            job.interrupted = interrupted
             self._fail(job, reason)

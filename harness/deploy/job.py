@@ -38,6 +38,7 @@ class Job:
     decode_kv_bytes: float | None = None  # KV of input + output, what a decode slot must hold
     attempt: int = 0  # re-prefills after a PrfaaS outage
     abandoned: bool = False  # superseded by a retry: its callbacks are ignored
+    interrupted: bool = False  # still in flight when the run was stopped (`Deployment.close`)
     flows: list = field(default_factory=list)  # link flows in progress (cancelled if abandoned)
 
     @property
@@ -51,7 +52,7 @@ class Job:
         e2e = self.finish_s - arrival
         n_out = req.output_tokens
         tpot = (self.finish_s - self.first_token_s) / (n_out - 1) if n_out > 1 else NAN
-        return {
+        row = {
             "deployment": deployment,
             "mode": mode,
             "request_id": req.request_id,
@@ -78,3 +79,6 @@ class Job:
             "fetch_bytes": self.fetch_bytes,
             "error": self.error,
         }
+        if self.interrupted:  # only then: a run never stopped has no such column (its files as before)
+            row["interrupted"] = True
+        return row

@@ -8,6 +8,7 @@ on its virtual clock, live and url modes through the HTTP load generator; both t
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,18 +27,25 @@ from harness.workload.request import Request
 class Offer:
     requests: Sequence[Request]  # a list, or (make_offer(stream=True)) a lazy sequence built as it is read
     concurrency: int | None  # None: open loop
-    offered_rps: float  # the rate asked for (or the trace's own); NaN for closed loops without one
+    offered_rps: float  # the rate asked for (or the trace's own, of what is offered); NaN for closed loops
     max_duration_s: float | None  # stop offering new requests after this much run time
     saturate: bool = False  # rate_rps=inf: a capacity run (closed loop sized from the planner)
     unique_blocks: bool = False  # the workload promises no block id is shared between requests
 
 
-def offered_rate(requests: Sequence[Request], rate_rps: float | None, concurrency: int | None) -> float:
-    """The offered rate: the configured one, else (open loop) the span of the arrivals."""
+def offered_rate(requests: Sequence[Request], rate_rps: float | None, concurrency: int | None,
+                 max_duration_s: float | None = None) -> float:
+    """The offered rate: the configured one, else (open loop) (n - 1) / span of the arrivals offered:
+    those at or before `max_duration_s` when set (sim and HTTP runs offer no later one). The arrivals
+    are in order, so the last one offered is found by bisection: a lazy sequence (make_offer's
+    `stream=True`) builds a few dozen requests, not the workload."""
     offered = rate_rps
-    if offered is None and concurrency is None and len(requests) > 1:
-        span = requests[-1].arrival_s - requests[0].arrival_s
-        offered = (len(requests) - 1) / span if span > 0 else math.nan
+    if offered is None and concurrency is None:
+        n = len(requests) if max_duration_s is None else \
+            bisect.bisect_right(requests, max_duration_s, key=lambda r: r.arrival_s)
+        if n > 1:
+            span = requests[n - 1].arrival_s - requests[0].arrival_s
+            offered = (n - 1) / span if span > 0 else math.nan
     return float(offered) if offered is not None else math.nan
 
 
@@ -69,5 +77,6 @@ def make_offer(cfg: Any, stream: bool = False) -> Offer:
     if not lazy:
         requests = apply_ramp(requests, ramp_up_s, lg_get(cfg, "ramp_up_start_fraction", 0.0),
                               lg_get(cfg, "ramp_up_strategy", "linear"))
-    return Offer(requests, concurrency, offered_rate(requests, lg.rate_rps, concurrency), lg.max_duration_s,
+    offered = offered_rate(requests, lg.rate_rps, concurrency, lg.max_duration_s)
+    return Offer(requests, concurrency, offered, lg.max_duration_s,
                  saturate=saturate, unique_blocks=bool(getattr(workload, "unique_blocks", False)))

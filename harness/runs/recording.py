@@ -16,7 +16,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -147,18 +147,18 @@ class RecordStream:
     def parts(self) -> list[Path]:
         return sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir is not None else []
 
-    def write_sorted(self, key: str = "request_id") -> bool:
+    def write_sorted(self, key: str = "request_id", fill: Mapping[str, Any] | None = None) -> bool:
         """Write the whole file from the parts (after `close`), sorted by `key`, in bounded memory.
 
         Parts hold rows in the order requests ended, which is close to `key` order: a part's rows
         are written once no later part holds a smaller key, so only the rows still out of order
         are in memory at once. Returns False (nothing written) when the parts disagree on their
-        columns' types or repeat a key (the order of ties would be the sort's): then the caller
-        sorts in memory as before.
+        columns' types (but for the columns of `fill`, see `write_sorted`) or repeat a key (the
+        order of ties would be the sort's): then the caller sorts in memory as before.
         """
         if self.path is None:
             return False
-        return write_sorted(self.parts(), self.path, key)
+        return write_sorted(self.parts(), self.path, key, fill)
 
     def discard_parts(self) -> None:
         """The run finished and wrote its whole file: the parts are redundant."""
@@ -171,22 +171,33 @@ class RecordStream:
 ROW_GROUP_ROWS = 16_384
 
 
-def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool:
+def write_sorted(parts: list[Path], path: Path, key: str = "request_id", fill: Mapping[str, Any] | None = None) -> bool:
     """Rows of `parts` as one Parquet file at `path` (atomically), sorted by the unique `key`.
 
     Two passes over the parts, neither holding every key: the first notes each part's smallest key,
     the second takes each part's rows below every later part's smallest key, sorted, checks that
     the keys strictly increase (a repeated key: nothing written, False returned) and writes them in
-    row groups of ROW_GROUP_ROWS."""
+    row groups of ROW_GROUP_ROWS.
+
+    `fill` (column -> value): columns a run may add midway, as a stopped sim run's `interrupted`: the
+    parts written before have no such column and the rows recorded without it hold nulls; the file
+    has the column (after the others, as it came), those rows the value given. Parts that differ in
+    any other way: nothing written, False returned. Parts without any of these columns are written
+    exactly as without `fill`."""
     if not parts:
         return False
     schema = pq.read_schema(parts[0])
     if key not in schema.names or not pa.types.is_integer(schema.field(key).type):
         return False
+    fill = fill or {}
     smallest = []
     for part in parts:
-        if not pq.read_schema(part).equals(schema, check_metadata=False):
-            return False
+        part_schema = pq.read_schema(part)
+        if not part_schema.equals(schema, check_metadata=False):
+            widened = _widened(schema, part_schema, fill)
+            if widened is None:
+                return False
+            schema = widened
         keys = pq.ParquetFile(part).read(columns=[key], use_threads=False).column(key)
         if keys.null_count:
             return False
@@ -195,6 +206,7 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
     later_min = [math.inf] * (len(parts) + 1)  # smallest key in parts[i:]
     for i in range(len(parts) - 1, -1, -1):
         later_min[i] = min(later_min[i + 1], smallest[i])
+    filled = any(name in schema.names for name in fill)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     last: int | None = None  # the last key written
@@ -203,7 +215,10 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
             pending = None
             out: pa.Table | None = None  # sorted rows not yet written (less than one row group)
             for i, part in enumerate(parts):
-                table = pq.ParquetFile(part).read(use_threads=False).replace_schema_metadata(schema.metadata)
+                table = pq.ParquetFile(part).read(use_threads=False)
+                if filled:
+                    table = _filled(table, schema, fill)
+                table = table.replace_schema_metadata(schema.metadata)
                 pending = table if pending is None else pa.concat_tables([pending, table])
                 bound = later_min[i + 1]
                 if math.isfinite(bound):
@@ -231,6 +246,37 @@ def write_sorted(parts: list[Path], path: Path, key: str = "request_id") -> bool
         tmp.unlink(missing_ok=True)
         pa.default_memory_pool().release_unused()
     return True
+
+
+def _widened(schema: pa.Schema, other: pa.Schema, fill: Mapping[str, Any]) -> pa.Schema | None:
+    """`schema` with the `fill` columns `other` adds, or None if the two differ in any other way."""
+    if [f for f in schema if f.name not in fill] != [f for f in other if f.name not in fill]:
+        return None
+    for field in other:
+        if field.name not in fill:
+            continue
+        if field.name in schema.names:
+            if not schema.field(field.name).equals(field):
+                return None
+        elif pa.types.is_null(field.type):
+            return None  # no type to give the column (every row of the part without a value)
+        else:
+            schema = schema.append(field)
+    return schema
+
+
+def _filled(table: pa.Table, schema: pa.Schema, fill: Mapping[str, Any]) -> pa.Table:
+    """`table` with `schema`'s columns: the `fill` columns it lacks added, their nulls filled."""
+    for name, value in fill.items():
+        if name not in schema.names:
+            continue
+        scalar = pa.scalar(value, type=schema.field(name).type)
+        if name in table.column_names:
+            i = table.column_names.index(name)
+            table = table.set_column(i, schema.field(name), pc.fill_null(table.column(i), scalar))
+        else:
+            table = table.append_column(schema.field(name), pa.array([value] * table.num_rows, type=scalar.type))
+    return table.select(schema.names)
 
 
 def read_columns(path: Path, drop: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> pd.DataFrame:

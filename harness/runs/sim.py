@@ -37,6 +37,19 @@ from harness.runs.recording import (
 )
 from harness.workload.request import Request
 
+# A request cut off by stopping the run: its error (as a live run's), and the column that marks it. Only an
+# interrupted run has the column (a run that ends by itself writes the files it always did); parts written
+# before the stop lack it, later rows recorded without it hold nulls: False in the final file, as live's.
+INTERRUPTED_ERROR = "interrupted: the run was stopped"
+INTERRUPTED = "interrupted"
+
+
+def _interrupted_as_bool(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with its `interrupted` column (if any) as bool: False where a row did not say True."""
+    if INTERRUPTED in frame.columns:
+        frame[INTERRUPTED] = frame[INTERRUPTED].isin([True])
+    return frame
+
 
 @dataclass
 class RunResult:
@@ -144,8 +157,11 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
                 clock.run()
         except KeyboardInterrupt:
             interrupted = True
-        deployment.close("interrupted: the run was stopped" if interrupted else
-                         "run ended before the request completed")
+        if interrupted:  # as a live run: nothing more is sent (a closed loop's next requests), and the
+            deployment.on_record = on_record  # requests in flight are cut off (`interrupted`), not failed
+            deployment.close(INTERRUPTED_ERROR, interrupted=True)
+        else:
+            deployment.close("run ended before the request completed")
         stream.close()
     except BaseException:
         stream.abort()  # a full disk or a crash: what could be written stays readable in the parts
@@ -182,7 +198,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     written = False
     frame: Frame
     if deployment.keep_records:
-        frame = requests_frame(deployment.records).sort_values("request_id", ignore_index=True)
+        frame = _interrupted_as_bool(requests_frame(deployment.records).sort_values("request_id", ignore_index=True))
         finishes = frame["finish_s"].dropna()
         t_end = float(max(finishes.max() if len(finishes) else 0.0, clock.now(), 1e-9))
         timeseries = build_timeseries(frame, t_end=t_end, **ts_args, **logs)
@@ -194,8 +210,9 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         gc.collect()  # the deployment's instances and timers refer to one another
         assert stream.path is not None  # records are kept unless there is a run directory
         with writing_to(stream.path):
-            written = stream.write_sorted("request_id")
-        frame = ParquetColumns(stream.path) if written else stream.read().sort_values("request_id", ignore_index=True)
+            written = stream.write_sorted("request_id", fill={INTERRUPTED: False})
+        frame = ParquetColumns(stream.path) if written else \
+            _interrupted_as_bool(stream.read().sort_values("request_id", ignore_index=True))
         timeseries = build_timeseries(frame, t_end=t_end, **ts_args, link_columns=link_columns)
         del link_columns
     if saturate:

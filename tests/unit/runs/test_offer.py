@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+from harness.analysis.metrics import arrival_rps
 from harness.errors import InputError
 from harness.runs.offer import make_offer, offered_rate
+from harness.runs.sim import run_sim
 from harness.workload.request import Request
+from harness.workload.synthetic import RequestStream
 
 BASE = ["workload=fixed", "workload.num_requests=11", "workload.input_tokens=100", "workload.output_tokens=4"]
 
@@ -44,3 +48,46 @@ def test_a_closed_loop_and_a_rate_are_not_both_taken(compose_cfg, rate):
     ignored the concurrency (it sized its own in-flight count)."""
     with pytest.raises(InputError, match=r"loadgen.concurrency=2 .* and loadgen.rate_rps=.* exclude each other"):
         make_offer(compose_cfg((*BASE, "loadgen.concurrency=2", f"loadgen.rate_rps={rate}")))
+
+
+# A trace whose rate changes: 100 requests at 2.5 req/s (~40 s), then 400 at 25 req/s. loadgen.max_duration_s=30
+# offers only the first phase's arrivals up to 30 s; the whole trace's span rate is ~8.4 req/s.
+SHIFT = ["workload=traffic_shift", "workload.phases.0.num_requests=100", "workload.phases.1.num_requests=400",
+         "workload.phases.1.arrivals.rate_rps=25", "workload.phases.0.output_lengths.value=4",
+         "workload.phases.1.output_lengths.value=4", "loadgen.max_duration_s=30"]
+
+
+def test_a_cut_offer_reports_the_rate_of_the_arrivals_offered():
+    reqs = [Request(i, t, 10, 2) for i, t in enumerate([0.0, 1.0, 2.0, 4.0, 5.0, 5.1, 5.2, 5.3])]
+    assert offered_rate(reqs, None, None, max_duration_s=4.0) == pytest.approx(3 / 4.0)  # 0, 1, 2, 4
+    assert offered_rate(reqs, None, None, max_duration_s=5.05) == pytest.approx(4 / 5.0)  # ... and 5
+    assert offered_rate(reqs, None, None, max_duration_s=1e9) == pytest.approx(7 / 5.3)  # all offered
+    assert math.isnan(offered_rate(reqs, None, None, max_duration_s=0.5))  # one arrival: no rate
+    assert offered_rate(reqs, 7.0, None, max_duration_s=4.0) == 7.0  # a configured rate is what was asked
+
+
+def test_a_cut_lazy_offer_reads_a_few_requests_not_the_workload():
+    """make_offer(stream=True)'s RequestStream: 1 req/s for 10 s, then 100 req/s for ~10,000 s."""
+    times = np.concatenate([np.arange(11.0), 10.0 + np.arange(1, 1_000_000) * 0.01])
+    built = []
+
+    class Counting(RequestStream):
+        def _build(self, lo, hi):
+            built.append(hi - lo)
+            return super()._build(lo, hi)
+
+    stream = Counting(times, np.full(times.size, 100), np.full(times.size, 4), 512)
+    assert offered_rate(stream, None, None, max_duration_s=10.0) == pytest.approx(1.0)
+    assert sum(built) < 100
+    assert offered_rate(stream, None, None) == pytest.approx((times.size - 1) / times[-1])  # no cut: the span
+
+
+def test_the_sim_run_reports_the_rate_it_offered(compose_cfg):
+    cfg = compose_cfg(tuple(SHIFT))
+    offer = make_offer(cfg, stream=True)
+    whole = (len(offer.requests) - 1) / (offer.requests[-1].arrival_s - offer.requests[0].arrival_s)
+    result = run_sim(cfg)
+    assert 1.5 < result.meta["offered_rps"] < 4.0 < whole  # the first phase's ~2.5, not the trace's ~8.4
+    # the arrival rate the summary measures over the requests the run recorded (all it offered)
+    assert result.meta["offered_rps"] == pytest.approx(arrival_rps(result.requests), rel=1e-12)
+    assert result.requests["arrival_s"].max() <= 30.0 < offer.requests[len(result.requests)].arrival_s

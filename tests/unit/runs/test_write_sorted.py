@@ -96,3 +96,52 @@ def test_the_file_does_not_depend_on_where_the_parts_were_cut(tmp_path, monkeypa
         assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [64, 64, 64, 64, 44]
     assert files[0] == files[1] == files[2]
     assert pd.read_parquet(tmp_path / "every7" / "requests.parquet")["request_id"].tolist() == list(range(300))
+
+
+def test_a_column_added_midway_is_filled_where_rows_lack_it(tmp_path):
+    """A stopped sim run's `interrupted`: absent from the parts written before the stop, null in rows
+    recorded without it beside the cut-off ones; with `fill` the file has it as bool, False there."""
+    cut = {397, 399, 5}  # rows recorded when the run was stopped, the straggler 5 among them
+
+    def row(i: int) -> dict:
+        return {**_row(i), "interrupted": True} if i in cut else _row(i)
+
+    rest = [i for i in range(400) if i not in cut]
+    path = tmp_path / "requests.parquet"
+    stream = RecordStream(path, every=13, every_s=60.0)
+    for batch in (rest[:377], [*rest[377:], 397], [399, 5]):  # parts without the column, one part with
+        for i in batch:  # both kinds of rows (nulls there), then one with cut-off rows only
+            stream.add(row(i))
+            if len(stream._buffer) >= 13:
+                stream.flush()
+        stream.flush()
+    stream.close()
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(p) for p in stream.parts()]
+    assert "interrupted" not in tables[0].column_names and tables[-1]["interrupted"].null_count == 0
+    assert any("interrupted" in t.column_names and t["interrupted"].null_count for t in tables)
+    assert not stream.write_sorted()  # without `fill` the parts disagree: the caller sorts in memory
+    assert stream.write_sorted(fill={"interrupted": False})
+    got = pd.read_parquet(path)
+    assert got.columns[-1] == "interrupted" and got["interrupted"].dtype == bool
+    assert got["request_id"].tolist() == list(range(400))
+    assert sorted(got.loc[got["interrupted"], "request_id"]) == sorted(cut)
+    want = requests_frame([_row(i) for i in range(400)])
+    pd.testing.assert_frame_equal(got.drop(columns=["interrupted"]), want, check_exact=True)
+
+
+def test_fill_changes_nothing_when_no_part_has_the_column(tmp_path):
+    ids = list(range(100))[::-1]
+    _stream_rows(tmp_path / "a" / "requests.parquet", ids).write_sorted()
+    _stream_rows(tmp_path / "b" / "requests.parquet", ids).write_sorted(fill={"interrupted": False})
+    assert (tmp_path / "a" / "requests.parquet").read_bytes() == (tmp_path / "b" / "requests.parquet").read_bytes()
+
+
+def test_a_fill_column_of_another_type_in_a_later_part_falls_back(tmp_path):
+    parts = tmp_path / "requests.parquet.parts"
+    write_parquet(pd.DataFrame({"request_id": [1], "interrupted": [True]}), parts / "part-000000.parquet")
+    write_parquet(pd.DataFrame({"request_id": [0], "interrupted": ["yes"]}), parts / "part-000001.parquet")
+    assert not write_sorted(sorted(parts.glob("*.parquet")), tmp_path / "requests.parquet", fill={"interrupted": False})
+    write_parquet(pd.DataFrame({"request_id": [0], "other": [True]}), parts / "part-000001.parquet")
+    assert not write_sorted(sorted(parts.glob("*.parquet")), tmp_path / "requests.parquet", fill={"interrupted": False})
