@@ -112,7 +112,8 @@ class ServerMetrics:
         metric("harness_http_responses_total", "counter", "HTTP responses by endpoint and status code.",
                [(f'{{endpoint="{e}",code="{c}"}}', n) for (e, c), n in sorted(self.http.items())])
         metric("harness_client_disconnects_total", "counter",
-               "Clients that went away: mid-response (stream) or while sending the request (body).",
+               "Clients that went away: mid-response (stream; also while a non-streaming request waited) or "
+               "while sending the request (body).",
                [('{phase="stream"}', self.disconnects), ('{phase="body"}', self.disconnects_mid_body)])
         metric("harness_prompt_tokens_total", "counter", "Prompt tokens submitted.", [("", self.prompt_tokens)])
         metric("harness_generation_tokens_total", "counter", "Output tokens of completed requests.",
