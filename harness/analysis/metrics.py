@@ -40,7 +40,7 @@ class Metric:
 METRICS: dict[str, Metric] = {
     "n_requests": Metric("requests", "requests", "requests offered"),
     "completed": Metric("requests", "requests", "requests with no error and a finish time"),
-    "failed": Metric("requests", "requests", "n_requests - completed - interrupted"),
+    "failed": Metric("requests", "requests", "n_requests - completed - interrupted - abandoned"),
     "interrupted": Metric("requests", "requests", "requests in flight when the run was stopped (not failures)"),
     "throughput_rps": Metric("req/s", "req/s", "completed / duration_s"),
     "output_tokens_per_s": Metric("tok/s", "tok/s", "output tokens of completed requests / duration_s"),
@@ -256,9 +256,23 @@ def slo_met_mask(df: Frame, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
     return completed_mask(df) & ttft_ok & tpot_ok
 
 
+def abandoned_mask(df: Frame) -> np.ndarray:
+    """True for requests whose client hung up before they ended (harness-serve's column `abandoned`;
+    none when absent): neither completed nor failed by the target."""
+    if "abandoned" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return memo(df, "abandoned_mask",
+                lambda: df["abandoned"].fillna(False).to_numpy(dtype=bool) & ~completed_mask(df))
+
+
+def n_abandoned(df: Frame) -> int:
+    return int(abandoned_mask(df).sum())
+
+
 def slo_attainment(df: Frame, ttft_slo_s: float, tpot_slo_s: float) -> float:
-    """Share of requests (failed ones count as misses, interrupted ones not at all) meeting both SLOs."""
-    counted = ~interrupted_mask(df)
+    """Share of requests (failed ones count as misses, interrupted and abandoned ones not at all)
+    meeting both SLOs."""
+    counted = ~(interrupted_mask(df) | abandoned_mask(df))
     met = slo_met_mask(df, ttft_slo_s, tpot_slo_s)[counted]
     return float(met.mean()) if met.size else float("nan")
 

@@ -84,7 +84,7 @@ def summarize(requests_df: Frame, timeseries_df: pd.DataFrame | None, meta: Mapp
         "mode": meta.get("mode"),
         "n_requests": n,
         "completed": done,
-        "failed": n - done - cut,
+        "failed": n - done - cut - m.n_abandoned(df),  # harness-serve: a client that hung up is no failure
         "interrupted_requests": cut,
         "throughput_rps": m.throughput_rps(df),
         "output_tokens_per_s": m.output_tokens_per_s(df),

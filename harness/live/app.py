@@ -5,19 +5,25 @@ own HTTP errors (unknown route, wrong method, oversized body) into OpenAI error 
 4xx status, and anything unexpected into a 500 of the same shape, so the server keeps serving.
 A client that hangs up while its body is still arriving is a disconnect (counted, no traceback).
 
+Every generation request ends in one record (see engine.py): one answered with an error before it
+reached the deployment is recorded as refused (its status and message), one whose client hung up as
+abandoned. The server runs with aiohttp's handler cancellation on (`HANDLER_CANCELLATION`), so a
+client that leaves is noticed when it leaves, also while a non-streaming request waits for its end.
+
 Every response carries `X-Harness-Time-Scale` (emulated seconds per wall second); `/health` and
 `/v1/models` say it too, so a load generator can put its wall-clock measurements on the emulated clock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from harness.live.engine import LiveEngine, LiveJob
+from harness.live.engine import CLIENT_CLOSED_STATUS, LiveEngine, LiveJob
 from harness.live.protocol import ApiError, GenerationParams, load_body, parse_generation
 from harness.live.responses import DONE, ChunkWriter, full_response, usage
 from harness.live.tokens import TextTokenizer
@@ -37,6 +43,8 @@ class ServeOptions:
 
 
 TIME_SCALE_HEADER = "X-Harness-Time-Scale"
+# aiohttp's AppRunner option: cancel a handler when its client disconnects (how a hang-up is seen).
+HANDLER_CANCELLATION = True
 
 
 ENGINE = web.AppKey("engine", LiveEngine)
@@ -57,16 +65,24 @@ async def api_errors(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        api_err = ApiError(exc.status, message, code=_HTTP_CODES.get(exc.status, exc.status))
+        api_err = _api_error(exc)
         response = web.json_response(api_err.body(), status=exc.status)
     except Exception as exc:  # a harness bug: answer it, log it, keep serving
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = web.json_response(ApiError(500, f"internal error: {exc!r}").body(), status=500)
+    _count_response(request, response.status)
+    return response
+
+
+def _count_response(request: web.Request, status: int) -> None:
     resource = request.match_info.route.resource
     endpoint = resource.canonical if resource is not None else "unmatched"
-    request.app[ENGINE].metrics.http[endpoint, response.status] += 1
-    return response
+    request.app[ENGINE].metrics.http[endpoint, status] += 1
+
+
+def _api_error(exc: web.HTTPException) -> ApiError:
+    message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+    return ApiError(exc.status, message, code=_HTTP_CODES.get(exc.status, exc.status))
 
 
 def make_app(engine: LiveEngine, options: ServeOptions) -> web.Application:
@@ -108,17 +124,51 @@ def make_app(engine: LiveEngine, options: ServeOptions) -> web.Application:
 
 
 async def _generate(request: web.Request, engine: LiveEngine, options: ServeOptions, api: str) -> web.StreamResponse:
-    raw = await request.read()  # aiohttp raises 413 past client_max_size
+    client_id = request.headers.get("X-Request-Id")
+    try:
+        raw = await request.read()  # aiohttp raises 413 past client_max_size
+        params = _parse(raw, api, options)
+    except (ConnectionError, asyncio.CancelledError) as exc:  # hung up while its request was arriving
+        engine.record_unsubmitted(CLIENT_CLOSED_STATUS, "client disconnected while sending its request", client_id,
+                      abandoned=True)
+        if isinstance(exc, asyncio.CancelledError):  # (a ConnectionError is counted by api_errors)
+            engine.metrics.disconnects_mid_body += 1
+        raise
+    except ApiError as err:
+        engine.record_unsubmitted(err.status, err.message, client_id)
+        raise
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            engine.record_unsubmitted(exc.status, _api_error(exc).message, client_id)
+        raise
+    except Exception as exc:  # a harness bug (api_errors answers 500): the request still gets its record
+        engine.record_unsubmitted(500, f"internal error: {exc!r}", client_id)
+        raise
+    live = engine.submit(params.prompt_ids, params.max_tokens, client_id, stream=params.stream)
+    try:
+        return await _respond(request, engine, options, live, params)
+    except asyncio.CancelledError:  # its client hung up (aiohttp cancels the handler)
+        engine.metrics.disconnects += 1
+        engine.abandon(live)
+        if live.stream:  # its status line went out before it left (api_errors sees no response)
+            _count_response(request, 200)
+        raise
+
+
+def _parse(raw: bytes, api: str, options: ServeOptions) -> GenerationParams:
     try:
         body = load_body(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from err
-    params = parse_generation(body, api, served_model=options.served_model, max_model_len=options.max_model_len,
-                              default_max_tokens=options.default_max_tokens, tokenizer=options.tokenizer)
-    live = engine.submit(params.prompt_ids, params.max_tokens, request.headers.get("X-Request-Id"))
+    return parse_generation(body, api, served_model=options.served_model, max_model_len=options.max_model_len,
+                            default_max_tokens=options.default_max_tokens, tokenizer=options.tokenizer)
+
+
+async def _respond(request: web.Request, engine: LiveEngine, options: ServeOptions, live: LiveJob,
+                   params: GenerationParams) -> web.StreamResponse:
     if live.error is not None:  # refused on arrival (e.g. its KV fits no decode instance)
         raise ApiError(400, f"the emulated deployment cannot serve this request: {live.error}", code="unservable")
-    rid = f"{'chatcmpl' if api == 'chat' else 'cmpl'}-{live.request.request_id}"
+    rid = f"{'chatcmpl' if params.api == 'chat' else 'cmpl'}-{live.request.request_id}"
     created = int(time.time())
     if params.stream:
         return await _stream(request, engine, options, live, params, rid, created)
@@ -127,7 +177,7 @@ async def _generate(request: web.Request, engine: LiveEngine, options: ServeOpti
         raise ApiError(503, f"request failed: {live.error}", code="request_failed")
     record = live.record
     assert record is not None  # set when the request ended
-    body = full_response(api, rid, created, params.model, params.max_tokens,
+    body = full_response(params.api, rid, created, params.model, params.max_tokens,
                          usage(record["input_tokens"], record["output_tokens"], record["cached_tokens"]))
     return web.json_response(body)
 
@@ -164,6 +214,7 @@ async def _stream(request: web.Request, engine: LiveEngine, options: ServeOption
                                                         record["cached_tokens"])))
         await response.write(DONE)
         await response.write_eof()
-    except ConnectionError:  # the client went away; the emulated request runs to its end regardless
+    except ConnectionError:  # the client went away (its record says so); the emulated request runs on
         engine.metrics.disconnects += 1
+        engine.abandon(live)
     return response

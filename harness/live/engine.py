@@ -5,6 +5,17 @@ The deployment calls back once at the first token and once with the request's re
 or failed); `LiveEngine` turns those calls into asyncio futures. Between them a streaming handler
 asks when the k-th token will exist (`token_time_s`) and sleeps until then, so a stream costs one
 timer per chunk, never one per emulated token.
+
+Every request that reaches a generation endpoint ends in exactly one record, also one that never
+enters the deployment (`record_unsubmitted`): answered with an error status first (bad JSON, unknown
+model, invalid parameters, prompt too long, ...: `refused`), or its client hung up while sending it.
+A client that hangs up before its response ended is `abandon`ed: the request's record, when the
+deployment ends it, says so (`abandoned`, error "client disconnected", `abandoned_s` when it left).
+The deployment has no way to cancel a request, so an abandoned one keeps its prefill and decode
+capacity to its end, as if the engine had not noticed (vLLM and llama-server abort it); its stamps
+are what the deployment did. Records also carry `http_status`, the status line the client got (a
+stream's is 200 whatever ends it; 499, nginx's "client closed request", when the client left before
+any was sent), and `interrupted` (still in flight when the server stopped: `close`).
 """
 
 from __future__ import annotations
@@ -27,14 +38,18 @@ from harness.workload.request import Request
 
 # How often a stream looks again when its next token's time cannot be predicted (wall seconds).
 _POLL_WALL_S = 0.001
+CLIENT_LEFT = "client disconnected"  # the error of an abandoned request's record
+CLIENT_CLOSED_STATUS = 499  # nginx's "client closed request": the client left before any status was sent
+_NAN = math.nan
 
 
 class LiveJob:
     """One HTTP request inside the deployment. `record` is set once, when the request ends."""
 
-    __slots__ = ("request", "job", "client_id", "first_token", "done", "record", "wake")
+    __slots__ = ("request", "job", "client_id", "first_token", "done", "record", "wake", "stream", "abandoned_s")
 
-    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop, client_id: str | None) -> None:
+    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop, client_id: str | None,
+                 stream: bool = False) -> None:
         self.request = request
         self.job: Job | None = None
         self.client_id = client_id
@@ -42,6 +57,8 @@ class LiveJob:
         self.done: asyncio.Future[None] = loop.create_future()
         self.record: dict | None = None
         self.wake: asyncio.Future[None] | None = None
+        self.stream = stream  # SSE: the 200 status line goes out before the first token
+        self.abandoned_s: float | None = None  # when its client hung up (emulated clock), if it did
 
     @property
     def error(self) -> str | None:
@@ -64,6 +81,7 @@ class LiveEngine:
         self.client_ids: dict[int, str] = {}  # deployment request id -> the client's X-Request-Id
         self._ids = itertools.count()
         self._live: dict[int, LiveJob] = {}
+        self._closing = False  # inside close(): the records that end now were cut off by the stop
         # Where each record goes as it ends (harness-serve streams them to disk); when set, client ids
         # are not kept here but carried in the record (`client_id`).
         self.record_sink: Callable[[dict], None] | None = None
@@ -71,12 +89,13 @@ class LiveEngine:
         deployment.on_record = self._on_record
 
     # -- requests -----------------------------------------------------------------------------
-    def submit(self, prompt_ids: Sequence[int] | np.ndarray, max_tokens: int, client_id: str | None = None) -> LiveJob:
+    def submit(self, prompt_ids: Sequence[int] | np.ndarray, max_tokens: int, client_id: str | None = None,
+               *, stream: bool = False) -> LiveJob:
         """Hand a prompt to the deployment now; a request it refuses outright ends at once (record set)."""
         rid = next(self._ids)
         request = Request(rid, self.clock.now(), len(prompt_ids), max_tokens,
                           block_hash_ids(prompt_ids, self.block_tokens))
-        live = LiveJob(request, self.loop, client_id)
+        live = LiveJob(request, self.loop, client_id, stream)
         self._live[rid] = live
         if client_id is not None:
             self.client_ids[rid] = client_id
@@ -90,12 +109,55 @@ class LiveEngine:
             _resolve(live.first_token)
             _resolve(live.wake)
 
+    def record_unsubmitted(self, status: int, error: str, client_id: str | None = None, *,
+                           abandoned: bool = False) -> None:
+        """Record a request that never reached the deployment: answered with `status` (refused), or
+        `abandoned` by a client that hung up while sending it. Its id comes from the deployment's
+        sequence; input_tokens is 0 (not counted)."""
+        dep = self.deployment
+        now = self.clock.now()
+        if not abandoned:
+            self.metrics.on_refused(status)
+        if self.record_sink is not None:
+            record = {"deployment": dep.name, "mode": getattr(dep, "mode", "live"), "request_id": next(self._ids),
+                      "arrival_s": now, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "route": "",
+                      "first_token_s": _NAN, "finish_s": _NAN, "ttft_s": _NAN, "tpot_s": _NAN, "e2e_s": _NAN,
+                      "kv_bytes_sent": 0.0, "error": error,
+                      **self._outcome(status, refused=not abandoned, abandoned_s=now if abandoned else None)}
+            self.record_sink(record if client_id is None else {**record, "client_id": client_id})
+
+    def abandon(self, live: LiveJob) -> bool:
+        """Its client hung up: mark the request (its record, when it ends, says so); False when it had
+        ended already (its record is written: the client left while the last bytes went out)."""
+        if live.record is not None or live.abandoned_s is not None:
+            return False
+        live.abandoned_s = self.clock.now()
+        return True
+
+    def _outcome(self, status: int, *, refused: bool = False, abandoned_s: float | None = None) -> dict:
+        """The serve columns: `interrupted` marks a request still in flight when the server stopped
+        (`close`), which the summary counts apart from failures, as a stopped run's."""
+        return {"http_status": status, "refused": refused, "abandoned": abandoned_s is not None,
+                "abandoned_s": _NAN if abandoned_s is None else abandoned_s,
+                "interrupted": self._closing and abandoned_s is None and not refused}
+
     def _on_record(self, record: dict) -> None:
+        rid = record["request_id"]
+        live = self._live.pop(rid, None)
+        if live is not None:
+            if live.abandoned_s is not None:  # the client is gone: not a completion nor a server failure
+                status = 200 if live.stream else CLIENT_CLOSED_STATUS
+                record = {**record, "error": CLIENT_LEFT, "output_tokens": 0,
+                          **self._outcome(status, abandoned_s=live.abandoned_s)}
+            elif live.job is None:  # refused on arrival, inside deployment.submit: answered 400
+                self.metrics.on_refused(400)
+                record = {**record, **self._outcome(400, refused=True)}
+            else:  # what the handler answers: 200, or 503 for a failure without a stream
+                record = {**record, **self._outcome(200 if live.stream or record.get("error") is None else 503)}
         self.metrics.on_record(record)
         if self.record_sink is not None:
-            cid = self.client_ids.pop(record["request_id"], None)
+            cid = self.client_ids.pop(rid, None)
             self.record_sink(record if cid is None else {**record, "client_id": cid})
-        live = self._live.pop(record["request_id"], None)
         if live is None:
             return
         live.record = record
@@ -176,5 +238,10 @@ class LiveEngine:
         return len(self._live)
 
     def close(self, reason: str = "server shut down before the request completed") -> None:
-        """Fail every request still in the deployment (each gets its record, its handler wakes)."""
-        self.deployment.close(reason)
+        """Fail every request still in the deployment (each gets its record, marked `interrupted`, and
+        its handler wakes)."""
+        self._closing = True
+        try:
+            self.deployment.close(reason)
+        finally:
+            self._closing = False

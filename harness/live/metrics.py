@@ -54,7 +54,8 @@ class ServerMetrics:
     def __init__(self, model_name: str = "") -> None:
         self.model_name = model_name  # the `model_name` label of the vllm:* metrics
         self.received = 0
-        self.finished: Counter[tuple[str, str]] = Counter()  # (status, route)
+        self.finished: Counter[tuple[str, str]] = Counter()  # (status, route): completed, failed, abandoned
+        self.refused: Counter[int] = Counter()  # HTTP status -> requests answered before the deployment saw them
         self.http: Counter[tuple[str, int]] = Counter()  # (endpoint, status)
         self.prompt_tokens = 0
         self.generation_tokens = 0
@@ -62,7 +63,7 @@ class ServerMetrics:
         self.cache_hit_requests = 0
         self.cache_query_tokens = 0  # prompt tokens of ended requests (vllm:prefix_cache_queries)
         self.kv_bytes: defaultdict[str, float] = defaultdict(float)  # route -> KV bytes moved to decode
-        self.disconnects = 0  # streams whose client went away mid-response
+        self.disconnects = 0  # clients that went away mid-response (stream or not)
         self.disconnects_mid_body = 0  # clients that hung up while their request body was arriving
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.tpot = Histogram(TPOT_BUCKETS_S)
@@ -72,10 +73,13 @@ class ServerMetrics:
         self.received += 1
         self.prompt_tokens += request.input_tokens
 
+    def on_refused(self, status: int) -> None:
+        self.refused[status] += 1
+
     def on_record(self, record: dict[str, Any]) -> None:
         route = record.get("route") or "none"
         ok = record.get("error") is None
-        self.finished["completed" if ok else "failed", route] += 1
+        self.finished["completed" if ok else "abandoned" if record.get("abandoned") else "failed", route] += 1
         cached = int(record.get("cached_tokens") or 0)
         self.cache_query_tokens += int(record.get("input_tokens") or 0)
         self.cache_hit_tokens += cached
@@ -99,12 +103,17 @@ class ServerMetrics:
 
         metric("harness_requests_received_total", "counter", "Generation requests accepted for emulation.",
                [("", self.received)])
-        metric("harness_requests_finished_total", "counter", "Requests that ended, by status and route.",
+        metric("harness_requests_finished_total", "counter",
+               "Requests that ended, by status (completed, failed, abandoned: its client left) and route.",
                [(f'{{status="{s}",route="{r}"}}', n) for (s, r), n in sorted(self.finished.items())])
+        metric("harness_requests_refused_total", "counter",
+               "Generation requests answered with an error status before reaching the deployment, by code.",
+               [(f'{{code="{c}"}}', n) for c, n in sorted(self.refused.items())])
         metric("harness_http_responses_total", "counter", "HTTP responses by endpoint and status code.",
                [(f'{{endpoint="{e}",code="{c}"}}', n) for (e, c), n in sorted(self.http.items())])
         metric("harness_client_disconnects_total", "counter",
-               "Clients that went away: mid-response (stream) or while sending the request (body).",
+               "Clients that went away: mid-response (stream; also while a non-streaming request waited) or "
+               "while sending the request (body).",
                [('{phase="stream"}', self.disconnects), ('{phase="body"}', self.disconnects_mid_body)])
         metric("harness_prompt_tokens_total", "counter", "Prompt tokens submitted.", [("", self.prompt_tokens)])
         metric("harness_generation_tokens_total", "counter", "Output tokens of completed requests.",

@@ -3,8 +3,14 @@
 The server keeps in memory only what `/metrics` needs: each request's record streams to
 `requests.parquet.parts/` as it ends (the deployment and the live engine keep none), so a server
 that runs for a week holds no more than one flush of records, and a kill keeps what it served. On
-SIGINT/SIGTERM it fails whatever is still in flight, stops, and writes the run directory
-(requests/timeseries/summary .parquet, summary.json) from the parts.
+SIGINT/SIGTERM it fails whatever is still in flight (`interrupted`), stops, and writes the run
+directory (requests/timeseries/summary .parquet, summary.json) from the parts.
+
+Every generation request it received has its row: refused ones (answered with an error status
+before reaching the deployment) and abandoned ones (the client hung up first) too, marked in the
+columns `refused`, `abandoned` and `http_status` (harness/live/engine.py). The summary counts them as
+`refused_requests` (also in `failed`: the client got an error) and `abandoned_requests` (not in
+`failed`: the server did not fail them), beside `interrupted_requests`.
 """
 
 from __future__ import annotations
@@ -79,8 +85,16 @@ def _write_served(cfg: DictConfig, server, run_dir: Path, stream: RecordStream) 
     meta = {"deployment": dep.name, "mode": "serve", "threshold_tokens": built.threshold_tokens,
             "n_prfaas": built.n_prfaas, "n_prefill": built.n_prefill, "n_decode": built.n_decode,
             "model": str(cfg.model.name), "time_scale": clock.time_scale, "server_events": clock.events_run,
-            "server_lag_max_ms": clock.max_lag_s / clock.time_scale * 1e3, "plan": built.plan}
+            "server_lag_max_ms": clock.max_lag_s / clock.time_scale * 1e3, "plan": built.plan,
+            "refused_requests": _count(frame, "refused"), "abandoned_requests": _count(frame, "abandoned")}
     with writing_to(run_dir):
-        write_run(run_dir, frame, timeseries, meta, cfg.analysis)
+        summary = write_run(run_dir, frame, timeseries, meta, cfg.analysis)
     stream.discard_parts()
-    print(f"served {len(frame)} requests; records: {run_dir}", flush=True)
+    print(f"served {len(frame)} requests: {summary['completed']} completed, {summary['failed']} failed "
+          f"({meta['refused_requests']} refused), {meta['abandoned_requests']} abandoned by their clients, "
+          f"{summary['interrupted_requests']} interrupted by the stop; records: {run_dir}", flush=True)
+
+
+def _count(frame, column: str) -> int:
+    """Rows whose `column` is true (0 without the column)."""
+    return int(frame[column].fillna(False).astype(bool).sum()) if column in frame.columns else 0

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from harness.live.app import ServeOptions, make_app
+from harness.live.app import HANDLER_CANCELLATION, ServeOptions, make_app
 from harness.live.clock import ScheduledLoopClock
 from harness.live.engine import LiveEngine, LiveJob
 from harness.live.metrics import ServerMetrics
@@ -132,9 +132,9 @@ class StepEngine:
         self.asked: list[int] = []
         self._ids = 0
 
-    def submit(self, prompt_ids, max_tokens, client_id=None):
+    def submit(self, prompt_ids, max_tokens, client_id=None, *, stream=False):
         self._ids += 1
-        live = LiveJob(Request(self._ids, 0.0, len(prompt_ids), max_tokens, ()), self.loop, client_id)
+        live = LiveJob(Request(self._ids, 0.0, len(prompt_ids), max_tokens, ()), self.loop, client_id, stream)
         live.first_token.set_result(None)
         return live
 
@@ -149,6 +149,12 @@ class StepEngine:
             live.done.set_result(None)
         return done
 
+    def record_unsubmitted(self, status, error, client_id=None, *, abandoned=False):
+        pass
+
+    def abandon(self, live):
+        return False
+
     def close(self, reason="closed"):
         pass
 
@@ -156,7 +162,8 @@ class StepEngine:
 @contextlib.asynccontextmanager
 async def _serve_engine(engine, options: ServeOptions):
     """Yield the base url of the real app in front of `engine` (any object with LiveEngine's surface)."""
-    runner = web.AppRunner(make_app(engine, options), access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(make_app(engine, options), access_log=None, shutdown_timeout=1.0,
+                           handler_cancellation=HANDLER_CANCELLATION)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
