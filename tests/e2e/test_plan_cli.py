@@ -42,7 +42,7 @@ def test_table6_targets(paper_run):
     """Predictions from Table 5 and the fitted inputs (README "Honest numbers"): the calibrated values are in
     test_table6_calibration_still_holds; the ratios are predictions over the calibrated homogeneous Lambda_max."""
     _, _, doc = paper_run
-    p, h, n = doc["prfaas_pd"], doc["homogeneous_pd"], doc["naive_hetero"]
+    p, n = doc["prfaas_pd"], doc["naive_hetero"]
     assert (p["n_prfaas"], p["n_prefill"], p["n_decode"]) == (4, 3, 5)
     assert p["threshold_tokens"] == pytest.approx(19_400, abs=1_000)
     assert p["offload_fraction"] == pytest.approx(0.496, abs=0.015)
