@@ -2,6 +2,13 @@
 
 The config groups are the registry (`_target_`), so a broken option must fail here, not in a
 user's run. Experiments are composed by tests/e2e/test_sweeps.py.
+
+Built the way a run builds it: each option, on the defaults for every other group, is run in sim
+mode as `python -m harness` does (`run_sim`: the workload, the planner, the deployment with its
+router, hardware, link and faults, the offer) with 2 requests, then summarised with the option's
+analysis config; both requests must complete. A few options only run beside another choice, named
+in COMPANIONS with the reason (as their own YAML says). The run also says it used what the option
+names (deployment, workload, model, link capacity, router class, the faults' events fired).
 """
 
 from __future__ import annotations
@@ -10,10 +17,15 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import get_method, instantiate
+from hydra.utils import get_class, get_method, instantiate
+from omegaconf import OmegaConf, open_dict
 
+from harness.analysis.summary import summarize
+from harness.clock import VirtualClock
 from harness.costmodel import build_profile
+from harness.deploy.build import build
 from harness.schema import register_configs
+from harness.sim import run_sim
 from harness.workload import instantiate_workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -31,6 +43,18 @@ SELECT = {
     "hardware": "hardware@deployment.local.hardware={}",
 }
 OPTIONS = [(group, path.stem) for group in SELECT for path in sorted((CONF / group).glob("*.yaml"))]
+# Options a run can only use beside another choice: (group, option) -> overrides, and why.
+COMPANIONS = {
+    # an aggregated engine's profile is model.profiles.<hardware> (cpu_local): only the measured model has one
+    ("deployment", "aggregated"): ["model=random_llama_35m"],
+    # the default model (1T parameters) does not fit 8 x cpu_local; the measured small model runs there
+    ("hardware", "cpu_local"): ["model=random_llama_35m"],
+    # conf/model/ring_25_1t.yaml: "At FP8 the weights need more than 8 x H20: plan it with
+    # deployment.local.gpus_per_instance=16 on H20"
+    ("model", "ring_25_1t"): ["deployment.local.gpus_per_instance=16"],
+}
+N_RUN = 2
+_RUNS: dict[str, tuple] = {}  # one run per distinct composed config
 
 
 def _compose(*overrides: str):
@@ -54,6 +78,35 @@ def test_option_composes_and_builds(group, option):
         assert callable(get_method(cfg.deployment.builder)) and cfg.deployment.instances >= 1
     elif group == "deployment":
         assert cfg.deployment.local.instances >= 1 and cfg.deployment.router is not None
+    companions = COMPANIONS.get((group, option))
+    if companions:
+        cfg = _compose(SELECT[group].format(option), *companions)
+    _run_as_a_run_does(group, cfg)
+
+
+def _run_as_a_run_does(group: str, cfg) -> None:
+    with open_dict(cfg):
+        cfg.workload.num_requests = N_RUN
+        cfg.loadgen.progress = False
+    key = OmegaConf.to_yaml(cfg)  # a default option (prfaas_pd, h20, vpc_100g, ...) composes the default config
+    if key not in _RUNS:
+        result = run_sim(cfg)
+        _RUNS[key] = result, summarize(result.requests, result.timeseries, result.meta, cfg.analysis)
+    result, summary = _RUNS[key]
+    assert (summary["n_requests"], summary["completed"], summary["failed"]) == (N_RUN, N_RUN, 0)
+    meta = result.meta
+    assert (meta["deployment"], meta["workload"], meta["model"]) == (cfg.deployment.name, cfg.workload.name,
+                                                                     cfg.model.name)
+    if group in ("router", "deployment") and not cfg.deployment.get("builder"):
+        router = build(cfg, VirtualClock()).deployment.router
+        assert type(router) is get_class(cfg.deployment.router._target_)
+    if group == "link":
+        assert meta["link_capacity_gbps"] == cfg.link.capacity_gbps and meta["n_prfaas"] > 0
+    if group == "planner":
+        assert meta["plan"]["lambda_max_rps"] > 0
+    if group == "faults":  # every event it schedules ran: the run's clock went past the last one
+        times = [e["t_s"] for e in cfg.faults.link_events] + [w[1] for w in cfg.faults.prfaas_outages]
+        assert meta["stopped_at_s"] >= max(times, default=0.0)
 
 
 def test_every_group_folder_is_covered():

@@ -39,19 +39,28 @@ def test_the_default_plan_carries_the_paper_formula_beside_it(paper_run, tmp_pat
 
 
 def test_table6_targets(paper_run):
+    """Predictions from Table 5 and the fitted inputs (README "Honest numbers"): the calibrated values are in
+    test_table6_calibration_still_holds; the ratios are predictions over the calibrated homogeneous Lambda_max."""
     _, _, doc = paper_run
-    p, h, n = doc["prfaas_pd"], doc["homogeneous_pd"], doc["naive_hetero"]
+    p, n = doc["prfaas_pd"], doc["naive_hetero"]
     assert (p["n_prfaas"], p["n_prefill"], p["n_decode"]) == (4, 3, 5)
     assert p["threshold_tokens"] == pytest.approx(19_400, abs=1_000)
     assert p["offload_fraction"] == pytest.approx(0.496, abs=0.015)
     assert p["lambda_max_rps"] == pytest.approx(3.24, rel=0.03)
     assert p["egress_gbps"] == pytest.approx(13, abs=2)
-    assert (h["n_prefill"], h["n_decode"]) == (9, 3)
-    assert h["lambda_max_rps"] == pytest.approx(2.11, rel=0.03)
     assert n["lambda_max_rps"] == pytest.approx(2.45, rel=0.03)
     assert doc["ratios"]["baseline"] == "homogeneous_pd"
     assert doc["ratios"]["lambda_max"]["prfaas_pd"] == pytest.approx(1.54, abs=0.05)
     assert doc["ratios"]["lambda_max"]["naive_hetero"] == pytest.approx(1.16, abs=0.05)
+
+
+def test_table6_calibration_still_holds(paper_run):
+    """CALIBRATION, not a prediction: the H20 prefill curve (conf/model/internal_1t.yaml profiles.h20.prefill,
+    [I] fitted to Table 6) passes through T(E[L]) = 9/2.11 s, homogeneous PD's Lambda_max with 9 prefill
+    instances, so its split 9/3 and Lambda_max 2.11 only check that the fit still holds through the CLI."""
+    h = paper_run[2]["homogeneous_pd"]
+    assert (h["n_prefill"], h["n_decode"]) == (9, 3)
+    assert h["lambda_max_rps"] == pytest.approx(2.11, rel=0.03)
 
 
 def test_outputs_and_table(paper_run):

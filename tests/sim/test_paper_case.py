@@ -3,6 +3,15 @@
 Table 6 values appear here only as targets with tolerances (the harness never reads them). The
 emulator gets t and the P/D split from the planner, nothing else: capacity, TTFT and egress come
 out of queueing prefills, streaming KV over the link and batching decodes.
+
+Two of the targets are CALIBRATION, not predictions: the H20 prefill curve (conf/model/internal_1t.yaml
+profiles.h20.prefill, [I] fitted to Table 6; README "Honest numbers") passes through 9/2.11 s at E[L]
+(homogeneous PD's Lambda_max with 9 prefill instances) and 9.73 s at the P90 length (homogeneous PD's
+P90 TTFT). So homogeneous PD's capacity (2.11) and low-load P90 TTFT (9.73) only check that the fit
+still holds through the emulator (`CALIBRATED`, the test_calibration_* tests). Every other target here is
+a prediction: PrfaaS-PD's and naive heterogeneous PD's capacity, the capacity ratios (whose denominator
+is the calibrated homogeneous capacity), the other TTFTs (homogeneous mean 4.44 s was not used in the
+fit) and egress.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from .conftest import compose_cfg
 DEPLOYMENTS = ("homogeneous_pd", "naive_hetero", "prfaas_pd")
 # Paper Table 6 [P]: (Lambda_max, mean TTFT, P90 TTFT)
 PAPER = {"homogeneous_pd": (2.11, 4.44, 9.73), "naive_hetero": (2.45, 1.74, 3.51), "prfaas_pd": (3.24, 2.22, 3.51)}
+# The Table 6 targets above that an input was fitted to (the H20 prefill curve): calibration, checked apart.
+CALIBRATED = {("homogeneous_pd", "capacity"), ("homogeneous_pd", "p90")}
 N_SATURATION = 6000
 
 
@@ -93,18 +104,51 @@ def test_capacity_ratios_land_near_the_paper(saturation):
     assert cap["prfaas_pd"] / cap["homogeneous_pd"] == pytest.approx(3.24 / 2.11, abs=0.06)
     assert cap["naive_hetero"] / cap["homogeneous_pd"] == pytest.approx(2.45 / 2.11, abs=0.06)
     for name in DEPLOYMENTS:
-        assert cap[name] == pytest.approx(PAPER[name][0], rel=0.08)
+        if (name, "capacity") not in CALIBRATED:
+            assert cap[name] == pytest.approx(PAPER[name][0], rel=0.08)
+
+
+def test_calibration_homogeneous_capacity_still_holds(saturation):
+    """CALIBRATION, not a prediction: the H20 prefill curve ([I], conf/model/internal_1t.yaml) was fitted
+    through T(E[L]) = 9/2.11 s, homogeneous PD's Lambda_max with 9 prefill instances, so its emulated
+    capacity near 2.11 only says the fit still holds through queueing."""
+    assert saturation["homogeneous_pd"][2]["steady_throughput_rps"] == pytest.approx(PAPER["homogeneous_pd"][0],
+                                                                                      rel=0.08)
+
+
+@pytest.fixture(scope="module")
+def low_load():
+    """Each deployment at 0.25 req/s (nothing queues), run once for the module: name -> summary."""
+    from harness.sim import run_sim
+
+    runs: dict[str, dict] = {}
+
+    def get(name: str) -> dict:
+        if name not in runs:
+            cfg = compose_cfg(f"deployment={name}", "loadgen.rate_rps=0.25", "workload.num_requests=2000")
+            runs[name] = _summary(cfg, run_sim(cfg))
+        return runs[name]
+
+    return get
 
 
 @pytest.mark.parametrize("name", DEPLOYMENTS)
-def test_low_load_ttft_is_the_papers_service_time(sim, name):
-    """At 0.25 req/s nothing queues: TTFT is prefill (+ transfer tail + join), as the paper's numbers are."""
-    cfg, result = sim(f"deployment={name}", "loadgen.rate_rps=0.25", "workload.num_requests=2000")
-    summary = _summary(cfg, result)
+def test_low_load_ttft_is_the_papers_service_time(low_load, name):
+    """At 0.25 req/s nothing queues: TTFT is prefill (+ transfer tail + join), as the paper's numbers are.
+    (Homogeneous PD's P90 is calibration: test_calibration_homogeneous_low_load_p90_still_holds.)"""
+    summary = low_load(name)
     _, mean, p90 = PAPER[name]
     assert summary["ttft_mean_s"] == pytest.approx(mean, rel=0.10)
-    assert summary["ttft_p90_s"] == pytest.approx(p90, rel=0.10)
+    if (name, "p90") not in CALIBRATED:
+        assert summary["ttft_p90_s"] == pytest.approx(p90, rel=0.10)
     assert summary["failed"] == 0
+
+
+def test_calibration_homogeneous_low_load_p90_still_holds(low_load):
+    """CALIBRATION, not a prediction: the H20 prefill curve ([I], conf/model/internal_1t.yaml) was fitted
+    through T(P90 length = 62,410 tokens) = 9.73 s, homogeneous PD's P90 TTFT, so its low-load P90 near
+    9.73 s only says the fit still holds through the emulator (prefill, join, no queueing)."""
+    assert low_load("homogeneous_pd")["ttft_p90_s"] == pytest.approx(PAPER["homogeneous_pd"][2], rel=0.10)
 
 
 def test_ttft_grows_with_load_as_queueing_says():
@@ -120,10 +164,23 @@ def test_ttft_grows_with_load_as_queueing_says():
 
 
 def test_egress_at_the_operating_point(sim):
-    """PrfaaS-PD just below capacity: ~13 Gbps of KV cross the 100 Gbps link, never above capacity."""
+    """PrfaaS-PD just below capacity: the KV egress per request served is the paper's, never above capacity.
+
+    The paper's ~13 Gbps [P] (section 4.3; paper-facts 12.5) is PrfaaS-PD's egress at its Table 6
+    operating point, Lambda_max = 3.24 req/s [P] (every throughput and bandwidth number of the case study
+    is the section 3.4 model at its optimum; paper-facts 12.6 reconstructs the 13 from that rate). This
+    run offers 3.0 req/s (below the emulated capacity, ~3.2, so it is steady), and egress scales with the
+    rate, so the like-for-like quantity is egress per unit of throughput over the same steady window:
+    Gbit of KV shipped per request served, 13 / 3.24 = 4.01 (paper) against the run's.
+    Tolerance 10%: "~13" is two significant figures (12.5..13.5 is +-4%); the paper's own inputs give
+    12.2-12.8 Gbps at 3.24 req/s (Lambda p S_kv(l_long), or N_prfaas Phi_kv; paper-facts 12.6), up to 6%
+    under 13; the run's threshold is the planner's 19,712 tokens, not 19.4K (offload 0.49 vs 0.496); and the
+    steady window's ~1,200 offloaded requests leave ~1-2% of sampling noise in their mean KV size.
+    Measured here: 11.0 Gbps at 2.88 req/s steady, 3.84 Gbit per request (-4%)."""
     cfg, result = sim("deployment=prfaas_pd", "loadgen.rate_rps=3.0", "workload.num_requests=4000")
     summary = _summary(cfg, result)
-    assert summary["steady_egress_gbps_mean"] == pytest.approx(13.0, abs=2.5)
+    per_request_gbit = summary["steady_egress_gbps_mean"] / summary["steady_throughput_rps"]
+    assert per_request_gbit == pytest.approx(13.0 / 3.24, rel=0.10)
     ts = result.timeseries
     assert (ts["egress_gbps"] <= ts["link_capacity_gbps"] * (1 + 1e-9)).all()
     assert ts["egress_gbps"].max() > 0

@@ -34,13 +34,25 @@ def test_link_rates_are_water_fill_of_the_caps(capacity_gbps, flow_cap_gbps, flo
     and some flows sharing what is left."""
     clock = VirtualClock()
     link = Link(clock, capacity_gbps, per_connection_gbps=flow_cap_gbps)
+    given_to: dict[int, tuple[float, float, float]] = {}  # id(flow) -> the (start, nbytes, produce_s) it was given
+
+    def start_flow(start: float, nbytes: float, produce_s: float) -> None:
+        given_to[id(link.transfer(nbytes, lambda: None, produce_s=produce_s))] = (start, nbytes, produce_s)
+
     for start, nbytes, produce_s in flows:
-        clock.fire_at(start, lambda n=nbytes, p=produce_s: link.transfer(n, lambda: None, produce_s=p))
+        clock.fire_at(start, lambda s=start, n=nbytes, p=produce_s: start_flow(s, n, p))
     clock.run(until=probe_s)
     link._update()  # an event now: the state the link leaves after it
     now = clock.now()
-    caps = [min(f._produce_rate, link._flow_cap) if now < f.produce_end_s else link._flow_cap
-            for f in link._flows]
+    # Each flow's cap from this test's own inputs, not the link's fields: one connection of
+    # flow_cap_gbps (no loss: no Mathis ceiling), or none; while producing (start <= now <
+    # start + produce_s) also its production rate nbytes / produce_s (layer-wise pipelining).
+    flow_cap = math.inf if flow_cap_gbps is None else flow_cap_gbps * GBIT
+
+    def cap(start: float, nbytes: float, produce_s: float) -> float:
+        return min(nbytes / produce_s, flow_cap) if start <= now < start + produce_s else flow_cap
+
+    caps = [cap(*given_to[id(f)]) for f in link._flows]
     rates, agg = water_fill(capacity_gbps * GBIT, caps)
     assert [f._rate for f in link._flows] == rates
     assert link._agg == agg
