@@ -405,6 +405,7 @@ WAITING = frozenset({
     "tests/integration/test_overload.py",               # 0.9 / 5.8
     "tests/integration/test_sim_live_agreement.py",     # 1.3 / 4.8
     "tests/integration/test_fault_targets.py",          # 0.8 / 2.8
+    "tests/integration/test_closed_loop_order_live.py", # 2.6 / 5.7: a live saturation run, paced
     "tests/e2e/test_cli_zygote.py",                     # 2.8 / 6.3: a command timed out, a zygote started
     "tests/unit/loadgen/test_loadgen_client.py",        # 0.5 / 1.6
     "tests/unit/live/test_live_app.py",                 # 0.1 / 1.4

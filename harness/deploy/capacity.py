@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError, require
+from harness.workload.turns import TurnOrder, predecessors
 
 DEFAULT_HEADROOM = 2.0
 URL_DEFAULT_IN_FLIGHT = 256  # an external engine: the planner does not know it
@@ -124,61 +125,19 @@ def starvation(timeseries: pd.DataFrame, plan: dict[str, Any] | None,
     return out
 
 
-def predecessors(requests: list, block_tokens: int = 512) -> dict[int, int]:
-    """request id -> id of the earlier request it continues: the latest earlier request of its session,
-    else the one whose whole prompt (up to its last full block; hash ids are prefix-chained) its own
-    prompt starts with, linked to the first later request that does so (so a shared system prompt
-    links one request, not every one)."""
-    pred: dict[int, int] = {}
-    last_of_session: dict[object, int] = {}
-    open_prompt: dict[tuple[int, object], int] = {}  # (position, block id) of a prompt's end -> its request
-    for request in requests:
-        rid = request.request_id
-        session = getattr(request, "session_id", None)
-        if session is not None:
-            if session in last_of_session:
-                pred[rid] = last_of_session[session]
-            last_of_session[session] = rid
-        hash_ids = getattr(request, "hash_ids", None) or ()
-        if session is None:
-            for pos, h in enumerate(hash_ids):
-                i = open_prompt.pop((pos, h), None)
-                if i is not None:
-                    pred[rid] = i  # the longest match wins (later positions overwrite)
-        n_full = min(len(hash_ids), int(request.input_tokens) // block_tokens)
-        if n_full >= 1:
-            open_prompt[(n_full - 1, hash_ids[n_full - 1])] = rid
-    return pred
-
-
 def offer_saturation(clock, deployment, requests: list, in_flight: int, stop_s: float | None) -> None:
     """Closed loop for a saturation run: `in_flight` requests kept in flight, each completion sends
     the next, in trace order, but never a turn before the turn it continues has completed (a user
-    sends the next turn after the answer; `predecessors`). Without that rule a large in-flight count
-    sends later turns before their prefix exists, and capacity falls with the knob as the cache stops
-    helping. A request that must wait goes, ahead of later ones, when its predecessor completes."""
+    sends the next turn after the answer; harness/workload/turns.py). A request that must wait goes,
+    ahead of later ones, when its predecessor completes."""
     import dataclasses
 
-    pred = predecessors(requests, int(getattr(deployment, "block_tokens", 512) or 512))
-    it = iter(requests)
-    done: set[int] = set()
-    waiting_on: dict[int, list] = {}  # request id -> requests waiting for it to complete (trace order)
-    ready: list = []  # requests free to go, before any new one (trace order)
-
-    def next_request():
-        if ready:
-            return ready.pop(0)
-        for request in it:
-            before = pred.get(request.request_id)
-            if before is None or before in done:
-                return request
-            waiting_on.setdefault(before, []).append(request)
-        return None
+    order = TurnOrder(requests, predecessors(requests, int(getattr(deployment, "block_tokens", 512) or 512)))
 
     def send() -> None:
         if stop_s is not None and clock.now() > stop_s:
             return
-        request = next_request()
+        request = order.next()
         if request is not None:
             deployment.submit(dataclasses.replace(request, arrival_s=clock.now()))
 
@@ -187,12 +146,7 @@ def offer_saturation(clock, deployment, requests: list, in_flight: int, stop_s: 
     def on_record(record: dict) -> None:
         if previous is not None:
             previous(record)
-        rid = int(record["request_id"])
-        done.add(rid)
-        freed = waiting_on.pop(rid, None)
-        if freed:
-            ready.extend(freed)
-            ready.sort(key=lambda r: r.request_id)
+        order.ended(int(record["request_id"]))
         send()
 
     deployment.on_record = on_record

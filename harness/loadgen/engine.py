@@ -19,7 +19,7 @@ import asyncio
 import gc
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from harness.errors import require
 from harness.loadgen.clock import MonotonicClock, Pacer
 from harness.loadgen.records import RequestRecord
 from harness.workload.request import Request
+from harness.workload.turns import TurnOrder
 
 
 class Target(Protocol):
@@ -55,14 +56,17 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Pacer 
                    warmup_s: float = 0.0, progress: bool = False, start_ns: int | None = None,
                    lag_period_s: float | None = 0.01, stop: asyncio.Event | None = None,
                    max_concurrency: int | None = None, status_every_s: float | None = None,
-                   on_done: Callable[[RequestRecord], None] | None = None) -> LoadResult:
+                   on_done: Callable[[RequestRecord], None] | None = None,
+                   predecessors: Mapping[int, int] | None = None) -> LoadResult:
     """Offer `requests` to `target`; times in the requests (arrival_s, max_duration_s, warmup_s) are
     run-clock seconds, run `time_scale` times faster than the wall clock. Setting `stop` ends the
     run early: nothing more is sent, requests in flight are cancelled (and recorded as interrupted).
     `max_concurrency` caps the requests in flight of an open loop (vLLM's --max-concurrency): a
     request due while the cap is reached waits in the client, its wait kept as `queued_ns`.
     `status_every_s` prints a one-line status that often (wall seconds) when no progress bar shows.
-    `on_done(record)` is called as each request ends (to stream it to disk); it must not raise."""
+    `on_done(record)` is called as each request ends (to stream it to disk); it must not raise.
+    `predecessors` (request id -> the id it continues; a saturation run's): a closed loop never sends
+    a request before the one it continues has ended (harness/workload/turns.py, as sim mode)."""
     require(time_scale > 0 and math.isfinite(time_scale), f"time_scale must be finite and > 0, got {time_scale}")
     require(concurrency is None or concurrency >= 1, f"loadgen.concurrency must be >= 1, got {concurrency}")
     require(max_concurrency is None or max_concurrency >= 1,
@@ -139,7 +143,7 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Pacer 
                 spawn(tg, send(body, new_record(request, scheduled)))
                 await asyncio.sleep(0)  # let it go out before we build the next body
         else:
-            feed = iter(ordered)
+            feed = TurnOrder(ordered, predecessors)
             await clock.sleep_until(t0)
             for _ in range(concurrency):
                 spawn(tg, _closed_loop_worker(feed, target, clock, stop_at, new_record, send))
@@ -168,15 +172,17 @@ async def run_load(requests: Sequence[Request], target: Target, *, clock: Pacer 
                       end_ns=clock.now_ns())
 
 
-async def _closed_loop_worker(feed: Iterator[Request], target: Target, clock: Pacer, stop_at: float,
+async def _closed_loop_worker(feed: TurnOrder, target: Target, clock: Pacer, stop_at: float,
                               new_record, send) -> None:
-    """One slot of a closed loop: its next request is due the moment the previous one ended."""
-    for request in feed:
+    """One slot of a closed loop: its next request is due the moment the previous one ended (a slot
+    that finds every request left waiting on one in flight ends, as in sim mode)."""
+    while (request := feed.next()) is not None:
         body = target.prepare(request)
         due = clock.now_ns()
         if due > stop_at:
             return
         await send(body, new_record(request, due))
+        feed.ended(request.request_id)
 
 
 async def _watch_loop(clock: Pacer, t0: int, period_s: float, lags: list[int]) -> None:

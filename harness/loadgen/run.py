@@ -11,7 +11,7 @@ starts the live emulator when there is one and joins its view in.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,13 +74,13 @@ def _rows(record: RequestRecord, t0_ns: int, scale: float, label: str, mode: str
 async def drive(requests: Sequence[Request], url: str, tcfg: Any, lg: Any, *, mode: str, concurrency: int | None,
                 time_scale: float = 1.0, start_ns: int | None = None, model: str | None = None,
                 label: str | None = None, block_tokens: int = 512, stop: asyncio.Event | None = None,
-                on_row: RowSink | None = None) -> HttpLoad:
+                on_row: RowSink | None = None, predecessors: Mapping[int, int] | None = None) -> HttpLoad:
     """Offer `requests` to `url` (times in run-clock seconds, `time_scale` times the wall clock).
 
     `model`: the model to name (else `target.model`, else the first the endpoint lists); `label`:
     the deployment name of the rows (else `target.name`, else `url:<model>`). In url mode the time
     scale is the one the target announces (a scaled `harness-serve`), unless `target.time_scale`
-    says otherwise."""
+    says otherwise. `predecessors`: a saturation run's turn order (`run_load`)."""
     check_target(tcfg)
     headers = auth_headers(tcfg.get("api_key"), dict(tcfg.get("headers") or {}))
     scale_source = "server.time_scale" if mode == "live" else "default"
@@ -113,7 +113,8 @@ async def drive(requests: Sequence[Request], url: str, tcfg: Any, lg: Any, *, mo
         result = await run_load(requests, target, clock=clock, time_scale=time_scale, concurrency=concurrency,
                                 max_duration_s=lg.max_duration_s, warmup_s=float(lg.warmup_s),
                                 progress=bool(lg.progress), start_ns=t0, stop=stop, on_done=done,
-                                max_concurrency=lg.get("max_concurrency"), status_every_s=lg.get("status_every_s"))
+                                max_concurrency=lg.get("max_concurrency"), status_every_s=lg.get("status_every_s"),
+                                predecessors=predecessors)
     return HttpLoad(result, model, label, mode, scale_source)
 
 

@@ -36,6 +36,7 @@ from harness.loadgen.timescale import announced_mismatch
 from harness.runs.offer import Offer, make_offer
 from harness.runs.recording import OutputError, RecordStream, streams_from
 from harness.runs.sim import RunResult
+from harness.workload.turns import predecessors
 
 _START_MARGIN_WALL_S = 0.05  # live runs start this long (at least) after the server is up
 # Columns of an emulator record that are durations, not times on its clock (those end in _s too).
@@ -117,12 +118,13 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResul
         model = str(cfg.server.model_name or cfg.model.name)
         label = str(server.built.deployment.name)
     streams = streams_from(cfg, run_dir, "requests", "chunks", frames={"chunks": chunks_frame})
+    block_tokens = int(cfg.workload.get("block_tokens", 512))
     try:
         with _stop_on_signals() as stop:
             load = await drive(offer.requests, url, cfg.target, cfg.loadgen, mode="live" if live else "url",
                                concurrency=offer.concurrency, time_scale=time_scale, start_ns=start_ns, model=model,
-                               label=label, block_tokens=int(cfg.workload.get("block_tokens", 512)), stop=stop,
-                               on_row=_row_sink(streams, stop))
+                               label=label, block_tokens=block_tokens, stop=stop, on_row=_row_sink(streams, stop),
+                               predecessors=predecessors(offer.requests, block_tokens) if offer.saturate else None)
         for stream in streams.values():
             stream.close()
     except BaseException:

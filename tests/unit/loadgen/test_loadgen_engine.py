@@ -171,3 +171,23 @@ def test_stop_cancels_what_is_in_flight_and_sends_nothing_more():
     assert result.interrupted
     assert [r.request_id for r in result.records] == [0, 1]
     assert all(r.error == "interrupted: the run was stopped" for r in result.records)
+
+
+def test_a_closed_loop_with_predecessors_never_sends_a_turn_before_the_one_it_continues():
+    """A saturation run's order (harness/workload/turns.py, as sim mode): two sessions of three turns,
+    interleaved in trace order, four slots. Without `predecessors` the loop sends both sessions'
+    second turns at t=0 with their first; with them each turn waits for its previous one to end."""
+    requests = [Request(i, 0.0, 10, 3, session_id=i % 2, turn=i // 2) for i in range(6)]
+    pred = {i: i - 2 for i in range(2, 6)}
+
+    def sends(predecessors):
+        clock = FakeClock()
+        result = run(run_load(requests, FakeTarget(clock, service_ns=S), clock=clock, concurrency=4,
+                              lag_period_s=None, predecessors=predecessors))
+        return {r.request_id: (r.sent_ns / S, r.done_ns / S) for r in result.records}
+
+    plain = sends(None)
+    assert [plain[i][0] for i in range(4)] == [0, 0, 0, 0]  # trace order alone: turns 2 and 3 go at once
+    ordered = sends(pred)
+    assert sorted(ordered) == list(range(6))  # every request sent once
+    assert all(ordered[turn][0] >= ordered[prev][1] > 0 for turn, prev in pred.items())
