@@ -12,6 +12,7 @@ the client ~0.1 s above the server, 2%, on a shared 2-core machine).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -28,21 +29,29 @@ WORKLOAD = ["deployment=homogeneous_pd", "workload=fixed", "workload.input_token
             "workload.num_requests=10", "loadgen.rate_rps=0.2", "loadgen.progress=false", "analysis.figures=false"]
 
 
-def test_load_against_a_scaled_server_reports_the_servers_ttft(tmp_path):
-    serve_dir, load_dir = tmp_path / "serve", tmp_path / "load"
+@contextlib.contextmanager
+def _serving(workload: list[str], run_dir):
+    """`harness-serve` at time scale 10 on a free loopback port: its URL; SIGINT when done (it then
+    writes its run directory)."""
     server = subprocess.Popen([sys.executable, "-m", "harness.serve", "server.port=0", "server.time_scale=10",
-                               *WORKLOAD, f"hydra.run.dir={serve_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
+                               *workload, f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
         match = re.fullmatch(r"listening on (http://127\.0\.0\.1:\d+)\n", line)
         assert match, line + (server.stderr.read() if server.poll() is not None else "")
-        load = _python("-m", "harness.load", f"target.url={match.group(1)}", *WORKLOAD, "loadgen.status_every_s=1",
-                       f"hydra.run.dir={load_dir}", timeout=300)
-        assert load.returncode == 0, load.stderr[-2000:]
+        yield match.group(1)
     finally:
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=60)
+
+
+def test_load_against_a_scaled_server_reports_the_servers_ttft(tmp_path):
+    serve_dir, load_dir = tmp_path / "serve", tmp_path / "load"
+    with _serving(WORKLOAD, serve_dir) as url:
+        load = _python("-m", "harness.load", f"target.url={url}", *WORKLOAD, "loadgen.status_every_s=1",
+                       f"hydra.run.dir={load_dir}", timeout=300)
+        assert load.returncode == 0, load.stderr[-2000:]
     summary = json.loads((load_dir / "summary.json").read_text())
     assert summary["time_scale"] == 10.0 and summary["time_scale_source"] == "/health"
     assert "time_scale_warning" not in summary and "warning: the server announced" not in load.stderr
@@ -74,19 +83,10 @@ def test_a_run_on_another_scale_than_the_server_announces_is_warned(tmp_path):
     told (its latencies stay on the wall clock), says so on one stderr line and in the summary, and
     completes (exit 0): the warning is not an error."""
     serve_dir, load_dir = tmp_path / "serve", tmp_path / "load"
-    server = subprocess.Popen([sys.executable, "-m", "harness.serve", "server.port=0", "server.time_scale=10",
-                               *TINY, f"hydra.run.dir={serve_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        line = server.stdout.readline()
-        match = re.fullmatch(r"listening on (http://127\.0\.0\.1:\d+)\n", line)
-        assert match, line + (server.stderr.read() if server.poll() is not None else "")
-        load = _python("-m", "harness.load", f"target.url={match.group(1)}", "target.time_scale=1", *TINY,
+    with _serving(TINY, serve_dir) as url:
+        load = _python("-m", "harness.load", f"target.url={url}", "target.time_scale=1", *TINY,
                        f"hydra.run.dir={load_dir}", timeout=120)
         assert load.returncode == 0, load.stderr[-2000:]
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.communicate(timeout=60)
     expected = ("the server announced time scale 10 but the run used 1 (target.time_scale): "
                 "latencies are on the wrong clock")
     warnings = [w for w in load.stderr.splitlines() if "announced time scale" in w]
