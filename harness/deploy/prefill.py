@@ -5,6 +5,14 @@ the budget. Its duration comes from the instance profile: for a single request w
 prefix, `prefill_s(new, cached)`; a batch pays the fixed per-pass cost once, i.e.
 `T(0) + sum(prefill_s(n_i, c_i) - T(0))`. The instance reports its start and end through
 callbacks; the deployment moves the KV and the request on.
+
+A request can be taken back: queued (`withdraw`), or running (`abort`, a cancelled request). A lone
+request's pass stops at once and the instance starts its next request then (an engine with chunked
+prefill drops an aborted request at its next chunk, milliseconds away, which a whole-prompt pass
+stands for as "now"). In a batch the other members go on: their remaining work is what was left of
+the pass less the aborted request's share (`prefill_s - T(0)`), done at the same pace, so the pass
+ends earlier. A pass's end is a `fire_at` (no handle to cancel): its callback, when it comes for a
+pass aborted or shortened, finds the instance busy until later (or idle) and does nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +92,32 @@ class PrefillInstance:
         self._changed()
         return True
 
+    def abort(self, job: Job) -> bool:
+        """Stop a running request now (it was cancelled); False if it is not running here.
+
+        No callback runs for it. Alone in its pass, the instance moves on to its next request now;
+        in a batch, the pass ends sooner by the aborted request's share of the work left."""
+        running = self.running
+        if job not in running:
+            return False
+        now = self.clock.now()
+        rest = [j for j in running if j is not job]
+        end = self._busy_until
+        new_end = now
+        if rest:
+            duration = end - job.prefill_start_s
+            left = (end - now) / duration if duration > 0 else 0.0  # share of the pass still to run
+            new_end = now + left * max(0.0, duration - (job.prefill_s - self._base_s))
+        self.busy_s -= end - new_end  # utilisation: the time it no longer spends
+        self._busy_until = new_end
+        self.running = rest
+        if rest:
+            self.clock.fire_at(new_end, self._finish)
+        else:
+            self._start_next()
+        self._changed()
+        return True
+
     def _take_batch(self) -> list[Job]:
         batch = [self.queue.popleft()]
         if self.max_batch_tokens is not None:
@@ -132,8 +166,10 @@ class PrefillInstance:
             self._changed()  # a batch pays the fixed cost once: the instance frees up earlier
 
     def _finish(self) -> None:
-        batch, self.running = self.running, []
         now = self.clock.now()
+        if now < self._busy_until:  # the end of a pass since aborted or shortened (see `abort`)
+            return
+        batch, self.running = self.running, []
         for job in batch:
             job.prefill_end_s = now
             self.on_done(job)
