@@ -80,11 +80,11 @@ class Cancellation(DeploymentState):
         if not job.prefill_pending:
             return
         job.prefill_pending = False
-        for instance in self._all_prefill():
-            if instance.withdraw(job):
-                break
-            if instance.abort(job):
-                job.prefill_end_s = now  # it occupied the instance until now
+        name = job.prefill_instance  # empty while it fetches a prefix (not on an instance yet)
+        for instance in self._all_prefill() if name else ():
+            if instance.name == name:
+                if not instance.withdraw(job) and instance.abort(job):
+                    job.prefill_end_s = now  # it occupied the instance until now
                 break
         request = job.request
         pool = self.pools.get(job.route)

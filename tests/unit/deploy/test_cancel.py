@@ -16,6 +16,7 @@ from harness.clock import VirtualClock
 from harness.deploy.aggregated import AggregatedDeployment
 from harness.deploy.deployment import Deployment
 from harness.deploy.link import Link
+from harness.deploy.router.base import LOCAL, PRFAAS, Route
 from harness.deploy.router.homogeneous import HomogeneousRouter
 from harness.deploy.router.naive import NaiveRouter
 from harness.deploy.router.prfaas import PrfaasRouter
@@ -62,7 +63,7 @@ def _pd(profile, *, n_prefill=1, n_decode=1, n_prfaas=0, router=None, cross_gbps
     return clock, dep, Watch(clock, dep)
 
 
-def _cancelled(rec, at):
+def _cancelled(rec):
     assert rec["error"] == "client disconnected" and rec["output_tokens"] == 0
     assert math.isnan(rec["finish_s"])
 
@@ -79,7 +80,7 @@ def test_a_request_queued_for_prefill_leaves_the_queue_and_the_load_routing_sees
     recs = w.finish()
     assert seen["free_at"] == pytest.approx(2.0)  # was 3.0 with the second still queued
     assert recs[3]["prefill_start_s"] == pytest.approx(1.0)
-    _cancelled(recs[2], 0.5)
+    _cancelled(recs[2])
     assert math.isnan(recs[2]["prefill_start_s"])
     assert w.first_tokens[2] == 0 and recs[1]["error"] is None and recs[3]["error"] is None
 
@@ -100,7 +101,7 @@ def test_a_prefilling_request_stops_and_the_instance_starts_the_next_at_the_canc
     assert ok["ok"] is True
     assert recs[2]["prefill_start_s"] == pytest.approx(0.3)  # not 1.0, when the first would have ended
     assert recs[2]["prefill_end_s"] == pytest.approx(0.8)
-    _cancelled(recs[1], 0.3)
+    _cancelled(recs[1])
     assert recs[1]["prefill_start_s"] == 0.0 and recs[1]["prefill_end_s"] == pytest.approx(0.3)
     assert seen["flows"] == 1 and seen["transfer"] == pytest.approx(500_000)  # only the second's KV
     assert w.first_tokens[1] == 0
@@ -123,7 +124,7 @@ def test_a_batched_pass_goes_on_without_the_cancelled_request_and_ends_sooner(fa
     assert uncancelled[1]["prefill_start_s"] == pytest.approx(0.2)
     assert uncancelled[2]["prefill_end_s"] == pytest.approx(2.3)
     assert recs[2]["prefill_end_s"] == pytest.approx(0.9 + 1.1 * 2 / 3)
-    _cancelled(recs[1], 0.9)
+    _cancelled(recs[1])
     assert recs[1]["prefill_end_s"] == pytest.approx(0.9) and w.first_tokens[1] == 0
 
 
@@ -146,8 +147,39 @@ def test_a_cancelled_transfer_gives_its_share_of_the_link_to_the_others(fake_pro
     assert seen["flows"] == 1 and seen["rate"] == pytest.approx(0.008)
     assert recs[2]["kv_ready_s"] == pytest.approx(5.0, abs=0.01)  # 3 MB left at 1 MB/s; was 8 s
     assert dep.pools["prfaas"].transfer_bytes == pytest.approx(0.0)
-    _cancelled(recs[1], 2.0)
+    _cancelled(recs[1])
     assert w.first_tokens[1] == 0 and math.isnan(recs[1]["kv_ready_s"])
+
+
+class _FetchRouter:
+    """The first request to PrfaaS; later ones local, fetching the longer prefix PrfaaS holds first."""
+
+    def __init__(self):
+        self.n = 0
+
+    def route(self, request, view):
+        self.n += 1
+        return Route(PRFAAS) if self.n == 1 else Route(LOCAL, fetch_prefix_from=PRFAAS)
+
+    def configure(self, threshold_tokens):
+        pass
+
+
+def test_a_request_fetching_a_prefix_stops_its_fetch_and_never_prefills(fake_profile):
+    """The second request fetches the first's 1024 cached tokens (1 MB) from PrfaaS over a 1 MB/s link,
+    from 3 s; cancelled at 3.5 s, its flow leaves the link and no prefill runs for it."""
+    clock, dep, w = _pd(fake_profile(per_token_s=0.001), n_prfaas=1, router=_FetchRouter(), cross_gbps=0.008)
+    w.submit_at(0.0, Request(1, 0.0, 1024, 2, (10, 11)))
+    w.submit_at(3.0, Request(2, 3.0, 1500, 2, (10, 11, 12)))
+    seen = []
+    clock.call_at(3.4, lambda: seen.append(dep.cross_link.active_flows))
+    w.cancel_at(3.5, 2)
+    clock.call_at(3.5, lambda: seen.append(dep.cross_link.active_flows))
+    recs = w.finish()
+    assert seen == [1, 0]
+    assert recs[2]["fetched_tokens"] == 1024 and math.isnan(recs[2]["prefill_start_s"])
+    assert dep.prefill["local"][0].busy_s == 0.0
+    _cancelled(recs[2])
 
 
 def test_a_request_waiting_for_a_decode_slot_leaves_and_its_landed_bytes_are_freed(fake_profile):
@@ -164,7 +196,7 @@ def test_a_request_waiting_for_a_decode_slot_leaves_and_its_landed_bytes_are_fre
     recs = w.finish()
     assert seen["before"] == pytest.approx(2 * 105_000) and seen["after"] == pytest.approx(105_000)
     assert recs[3]["first_token_s"] == pytest.approx(recs[1]["finish_s"])
-    _cancelled(recs[2], 1.0)
+    _cancelled(recs[2])
     assert recs[2]["kv_ready_s"] == pytest.approx(0.1) and w.first_tokens[2] == 0
 
 
@@ -185,8 +217,8 @@ def test_a_request_whose_kv_holds_its_prefill_instance_releases_it(fake_profile)
     recs = w.finish()
     assert seen == [(2, 2), (1, 1)]
     assert recs[4]["prefill_start_s"] == pytest.approx(0.6)
-    _cancelled(recs[2], 0.5)
-    _cancelled(recs[3], 0.6)
+    _cancelled(recs[2])
+    _cancelled(recs[3])
     assert w.first_tokens[2] == w.first_tokens[3] == 0
 
 
@@ -210,7 +242,7 @@ def test_a_decoding_request_leaves_the_batch_and_the_step_time_drops(fake_profil
     assert recs[2]["finish_s"] == pytest.approx(0.7 + 7 * 0.15)  # 2.1 without the cancel
     assert seen["reserved"] == 1 and seen["kv"] == pytest.approx(111_000)  # its slot and KV: free at once
     assert seen["tokens"] == 3  # the step in flight still ends at 0.7: 1 + 2 steps done by 0.69
-    _cancelled(recs[1], 0.55)
+    _cancelled(recs[1])
     assert recs[1]["first_token_s"] == pytest.approx(0.1) and w.first_tokens[1] == 1
 
 
@@ -229,7 +261,7 @@ def test_a_request_admitted_but_not_yet_joined_never_joins(fake_profile):
     assert seen == {"reserved_before": 2, "reserved_after": 1}
     assert w.first_tokens[2] == 0 and math.isnan(recs[2]["first_token_s"])
     assert recs[1]["finish_s"] == pytest.approx(0.1 + 10 * 0.1)
-    _cancelled(recs[2], 0.17)
+    _cancelled(recs[2])
 
 
 def test_a_request_held_for_a_prfaas_outage_leaves_the_hold(fake_profile):
@@ -246,7 +278,7 @@ def test_a_request_held_for_a_prfaas_outage_leaves_the_hold(fake_profile):
     recs = w.finish()
     assert seen["held"] == 1 and dep.held == []
     assert dep.prefill["prfaas"][0].busy_s == 0.0
-    _cancelled(recs[1], 0.5)
+    _cancelled(recs[1])
 
 
 def test_cancel_after_the_end_is_refused_and_writes_nothing(fake_profile):
@@ -289,7 +321,7 @@ def test_aggregated_a_cancelled_prompt_frees_its_slot_for_the_next_request_now(f
     w.cancel_at(0.3, 1)
     recs = w.finish()
     assert recs[2]["prefill_start_s"] == pytest.approx(0.3) and recs[2]["first_token_s"] == pytest.approx(0.5)
-    _cancelled(recs[1], 0.3)
+    _cancelled(recs[1])
     assert recs[1]["prefill_end_s"] == pytest.approx(0.3) and w.first_tokens[1] == 0
     assert dep.instances[0].busy_s == pytest.approx(0.3 + 0.2 + 0.1)
 
@@ -302,7 +334,7 @@ def test_aggregated_a_queued_request_leaves_the_queue(fake_profile):
     recs = w.finish()
     assert recs[3]["prefill_start_s"] == pytest.approx(recs[1]["finish_s"])
     assert recs[3]["prefill_start_s"] == pytest.approx(1.1)  # after the first's 1 s prompt and 1 step
-    _cancelled(recs[2], 0.5)
+    _cancelled(recs[2])
     assert math.isnan(recs[2]["prefill_start_s"])
 
 
@@ -317,5 +349,5 @@ def test_aggregated_a_decoder_leaves_the_run_at_the_next_step_and_the_step_time_
     recs = w.finish()
     assert recs[2]["first_token_s"] == pytest.approx(0.2)
     assert recs[2]["finish_s"] == pytest.approx(0.6 + 8 * 0.15)  # 2 steps by 0.6, 8 left; 2.2 s uncancelled
-    _cancelled(recs[1], 0.55)
+    _cancelled(recs[1])
     assert w.first_tokens[1] == 1
