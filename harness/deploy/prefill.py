@@ -9,10 +9,11 @@ callbacks; the deployment moves the KV and the request on.
 A request can be taken back: queued (`withdraw`), or running (`abort`, a cancelled request). A lone
 request's pass stops at once and the instance starts its next request then (an engine with chunked
 prefill drops an aborted request at its next chunk, milliseconds away, which a whole-prompt pass
-stands for as "now"). In a batch the other members go on: their remaining work is what was left of
-the pass less the aborted request's share (`prefill_s - T(0)`), done at the same pace, so the pass
-ends earlier. A pass's end is a `fire_at` (no handle to cancel): its callback, when it comes for a
-pass aborted or shortened, finds the instance busy until later (or idle) and does nothing.
+stands for as "now"). In a batch the other members go on: the pass does all its members' work at one
+pace, so the same share of each is left, and the aborted request's part of it (that share of its
+`prefill_s - T(0)`) is dropped: the pass ends earlier. A pass's end is a `fire_at` (no handle to
+cancel): its callback, when it comes for a pass aborted or shortened, finds the instance busy until
+later (or idle) and does nothing.
 """
 
 from __future__ import annotations
@@ -104,10 +105,11 @@ class PrefillInstance:
         rest = [j for j in running if j is not job]
         end = self._busy_until
         new_end = now
-        if rest:
-            duration = end - job.prefill_start_s
-            left = (end - now) / duration if duration > 0 else 0.0  # share of the pass still to run
-            new_end = now + left * max(0.0, duration - (job.prefill_s - self._base_s))
+        if rest:  # every member's work goes at one pace: the same share of each is left, T(0) counted once
+            base = self._base_s
+            work = base + sum(j.prefill_s - base for j in running)
+            left = (end - now) / work if work > 0 else 0.0
+            new_end = max(now, end - left * (job.prefill_s - base))
         self.busy_s -= end - new_end  # utilisation: the time it no longer spends
         self._busy_until = new_end
         self.running = rest

@@ -151,6 +151,25 @@ def test_a_cancelled_transfer_gives_its_share_of_the_link_to_the_others(fake_pro
     assert w.first_tokens[1] == 0 and math.isnan(recs[1]["kv_ready_s"])
 
 
+def test_two_cancels_in_one_batched_pass_each_drop_what_was_left_of_their_share(fake_profile):
+    """Three 1000-token prompts in one pass from 0.2 s: 0.1 + 3 x 1.0 = 3.1 s. At 0.51 s 90% of every
+    share is left: dropping one's 0.9 s ends the pass at 2.4 s. At 1.0 s two thirds are left: dropping
+    the second's 2/3 s leaves the third's 2/3 x (1.0 + the pass's 0.1)."""
+    clock, dep, w = _pd(fake_profile(base_s=0.1, per_token_s=0.001, bs_max=8), max_batch_tokens=4096)
+    for rid, tokens in ((0, 100), (1, 1000), (2, 1000), (3, 1000)):
+        w.submit_at(0.0, _request(rid, tokens))
+    seen = []
+    w.cancel_at(0.51, 1)
+    clock.call_at(0.51, lambda: seen.append(dep.prefill["local"][0].free_at))
+    w.cancel_at(1.0, 2)
+    recs = w.finish()
+    assert seen == [pytest.approx(2.4)]
+    assert recs[3]["prefill_start_s"] == pytest.approx(0.2)
+    assert recs[3]["prefill_end_s"] == pytest.approx(1.0 + 1.1 * 2 / 3)
+    _cancelled(recs[1])
+    _cancelled(recs[2])
+
+
 class _FetchRouter:
     """The first request to PrfaaS; later ones local, fetching the longer prefix PrfaaS holds first."""
 
