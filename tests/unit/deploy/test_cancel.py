@@ -50,7 +50,7 @@ class Watch:
         self.clock.run()
         self.dep.close()  # anything left in flight would get a second kind of record here
         counts = Counter(r["request_id"] for r in self.records)
-        assert all(n == 1 for n in counts.values()), counts  # exactly one record per request
+        assert set(counts) == set(self.jobs) and all(n == 1 for n in counts.values()), counts  # one each
         return {r["request_id"]: r for r in self.records}
 
 
@@ -83,6 +83,22 @@ def test_a_request_queued_for_prefill_leaves_the_queue_and_the_load_routing_sees
     _cancelled(recs[2])
     assert math.isnan(recs[2]["prefill_start_s"])
     assert w.first_tokens[2] == 0 and recs[1]["error"] is None and recs[3]["error"] is None
+
+
+def test_least_loaded_routing_sees_the_queue_a_cancel_shortened(fake_profile):
+    """Two instances: X holds a 1 s prefill and a 1 s one queued (free at 2 s), Y a 1.5 s one. Cancelling
+    the queued one at 0.4 s frees X at 1 s, so a request arriving at 0.5 s goes to X and starts at 1 s
+    (it would have gone to Y, at 1.5 s)."""
+    _, _, w = _pd(fake_profile(per_token_s=0.001, bs_max=8), n_prefill=2)
+    for rid, tokens in ((1, 1000), (2, 1500), (3, 1000)):
+        w.submit_at(0.0, _request(rid, tokens))
+    w.submit_at(0.5, _request(4, 100, t=0.5))
+    w.cancel_at(0.4, 3)
+    recs = w.finish()
+    assert recs[3]["prefill_instance"] == recs[1]["prefill_instance"] != recs[2]["prefill_instance"]
+    assert recs[4]["prefill_instance"] == recs[1]["prefill_instance"]
+    assert recs[4]["prefill_start_s"] == pytest.approx(1.0)
+    _cancelled(recs[3])
 
 
 def test_a_prefilling_request_stops_and_the_instance_starts_the_next_at_the_cancel_time(fake_profile):
