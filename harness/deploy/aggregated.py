@@ -57,6 +57,7 @@ from harness.clock import Clock
 from harness.costmodel import build_profile
 from harness.deploy.aggregated_instance import AggregatedInstance
 from harness.deploy.cache_pool import HybridCachePool
+from harness.deploy.cancel import CANCELLED
 from harness.deploy.job import Job
 from harness.deploy.slot_layout import SIMILARITY, UBATCH_TOKENS
 from harness.errors import InputError, require
@@ -74,7 +75,7 @@ SHARED_AFTER = ("prefill", "finish")
 
 
 class AggregatedDeployment:
-    """The attributes `sim.run_sim` and `build_timeseries` read, plus submit / on_record / close."""
+    """The attributes `sim.run_sim` and `build_timeseries` read, plus submit / on_record / close / cancel."""
 
     def __init__(self, *, name: str, clock: Clock, profile, instances: int, slots: int,
                  chunk_tokens: int | None, block_tokens: int = 512, prefix_cache: bool = True,
@@ -169,6 +170,23 @@ class AggregatedDeployment:
             if instance.name == job.decode_instance:
                 return instance.tokens_done(job, self.clock.now())
         return 0
+
+    def cancel(self, job: Job, reason: str = CANCELLED) -> bool:
+        """End a request now, queued or admitted, with `reason` as its error; False if it had ended.
+
+        Its instance drops it (`AggregatedInstance.cancel`: its slot is free at once) and it ends in its
+        one record, stamped up to now (a prompt it was computing ends now; `finish_s` stays empty)."""
+        if self.in_flight.get(job.request.request_id) is not job:
+            return False
+        job.abandoned = True
+        for instance in self.instances:
+            if instance.cancel(job):
+                break
+        if job.prefill_start_s == job.prefill_start_s and job.prefill_end_s != job.prefill_end_s:
+            job.prefill_end_s = self.clock.now()  # it held the slot's prompt work until now
+        job.error = reason
+        self._finish(job)
+        return True
 
     # -- records ------------------------------------------------------------------------------
     def _finish(self, job: Job) -> None:

@@ -59,6 +59,11 @@ A request's first token comes out of the step that finishes its prompt; each lat
 step. Between membership changes (no request prefilling, none admissible) the batch is fixed, so
 a whole run of decode steps is one timer (step time at the run's mean context); an arrival that
 can be admitted cuts it at the next step boundary.
+
+A request can leave early (`cancel`, its client went away): queued, it leaves the queue; admitted, its
+slot is free at once and the engine steps without it from the end of the step in flight (a run of
+decode steps is cut there; a step that was computing nothing but its prompt stops at once and the
+engine plans its next step now, as an engine drops an aborted request between two steps).
 """
 
 from __future__ import annotations
@@ -295,6 +300,33 @@ class AggregatedInstance:
                 k = math.floor((now - self._seg_start) / self._seg_dt + _EPS)
                 return min(job.request.output_tokens, seq.emitted + max(0, min(k, self._seg_steps)))
         return 0
+
+    def cancel(self, job: Job) -> bool:
+        """Take a request out now, queued or admitted; False if it is not here. No callback runs for it."""
+        if job in self.queue:
+            self.queue.remove(job)
+            return True
+        seq = next((s for s in self.running if s.job is job), None)
+        if seq is None:
+            return False
+        self.running.remove(seq)
+        if self.slots is not None:
+            self.slots.release(seq.slot, seq.context)
+        chunks = self._seg_chunks
+        if chunks:
+            self._seg_chunks = chunks = [(s, k) for s, k in chunks if s is not seq]
+        now = self.clock.now()
+        # Anyone else still in the step in flight: a prompt chunk, or a decoder (one with its first token).
+        others = bool(chunks) or any(s.prefill_left == 0 and s.emitted >= 1 for s in self.running)
+        if self._timer is not None and not others:  # the step served only this request: stop it now
+            self._timer.cancel()
+            self._timer = None
+            self.busy_s += now - self._seg_start  # the part of the step it ran
+            self._seg_chunks = []
+            self._plan()
+        elif self._seg_steps > 1:
+            self._cut()
+        return True
 
     def drop_all(self) -> list[Job]:
         """Everything admitted or queued (for the deployment's close)."""

@@ -15,6 +15,10 @@ mean context (context now + n (K - 1) / 2), which makes the interval's total exa
 steps for a step linear in the context (linear and memory-bound roofline decode). A join or finish
 inside the interval rebases at the step reached, so the error is bounded by one interval's context
 growth times the per-token cost of the step.
+
+A request can leave early (`remove`, a cancelled request): its slot and KV memory are free at once;
+the step in flight ends at its boundary as timed, and from there the batch steps without it (the step
+time recomputed, as after a finish). One admitted but still waiting for its boundary just never joins.
 """
 
 from __future__ import annotations
@@ -115,6 +119,8 @@ class DecodeInstance:
             clock.fire_at(when, partial(self._join, job))
 
     def _join(self, job: Job) -> None:
+        if job.abandoned:  # removed (cancelled) while it waited for this boundary
+            return
         now = self.clock.now()
         ends = self._ends
         if ends and self._dt > 0:  # the step origin moves to the latest boundary at or before now
@@ -137,6 +143,55 @@ class DecodeInstance:
         self._context_tokens += req.input_tokens + 1
         heapq.heappush(ends, (step + remaining, self._seq, job))
         self._seq += 1
+        self._reschedule()
+
+    def remove(self, job: Job) -> bool:
+        """Take a request out now (it was cancelled); False if it is not admitted here.
+
+        Its slot and KV memory are free at once and no callback runs for it. The step in flight ends
+        at its boundary with the old step time; the batch is rebased there and the step time
+        recomputed without it, as after a finish. The caller marks the job `abandoned`, so an
+        admission still waiting for its boundary does not join."""
+        if job.decode_instance != self.name or math.isfinite(job.finish_s):
+            return False
+        ends = self._ends
+        if job.join_step is None:  # admitted, joining at the next boundary: it never will
+            self._release(job)
+            return True
+        i = next((i for i, entry in enumerate(ends) if entry[2] is job), -1)
+        if i < 0:
+            return False
+        ends[i] = ends[-1]
+        ends.pop()
+        heapq.heapify(ends)
+        req = job.request
+        self._context_tokens -= req.input_tokens + 1 + (self._step - job.join_step)  # its context at `_step`
+        self._release(job)
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        if not ends:
+            return True
+        now = self.clock.now()
+        dt = self._dt
+        boundary = self._step_t + math.ceil((now - self._step_t) / dt - _EPS) * dt if dt > 0 else now
+        if boundary <= now:
+            self._rebase()
+        else:  # the step in flight ends as timed; the batch goes on without it from there
+            self._timer = self.clock.call_at(boundary, self._rebase)
+        return True
+
+    def _rebase(self) -> None:
+        """Move the step origin to the boundary at now and time the batch's next end again."""
+        self._timer = None
+        now = self.clock.now()
+        ends = self._ends
+        if ends and self._dt > 0:
+            k = math.floor((now - self._step_t) / self._dt + _EPS)
+            self._step += k
+            self._context_tokens += len(ends) * k
+            self._step_t += k * self._dt
         self._reschedule()
 
     def _release(self, job: Job) -> None:

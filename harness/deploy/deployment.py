@@ -6,7 +6,7 @@ l_prfaas) -> route -> optionally fetch a longer prefix across clusters -> a cach
 least-loaded prefill instance -> KV streamed to the local decode side while the prefill runs
 (layer-wise pipelining; over RDMA inside the cluster, over the cross-DC link from PrfaaS), held in
 transfer-cache blocks until it lands -> a FIFO wait for a decode slot -> decode. Every submitted
-request ends in exactly one record, completed or failed with a reason.
+request ends in exactly one record, completed or failed with a reason (also one `cancel`led on the way).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from harness.clock import Clock
 from harness.deploy.cache_pool import HybridCachePool, Lookup
+from harness.deploy.cancel import Cancellation
 from harness.deploy.decode import DecodeInstance
 from harness.deploy.decode_pool import DecodePool
 from harness.deploy.job import Job
@@ -31,10 +32,11 @@ from harness.workload.request import Request
 _NO_CACHE = Lookup(0, 0, 0, 0, None)
 
 
-class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges):
+class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges, Cancellation):
     """The whole deployment. Its parts live in their own modules, mixed in here: KV transfers
-    (transfers.py), the decode pool and landing buffer (decode_pool.py), PrfaaS outages (outage.py) and
-    role changes (roles.py); routing, the prefix-cache lookups and the records are here."""
+    (transfers.py), the decode pool and landing buffer (decode_pool.py), PrfaaS outages (outage.py),
+    role changes (roles.py) and cancelling a request (cancel.py); routing, the prefix-cache lookups and
+    the records are here."""
 
     def __init__(
         self,

@@ -5,6 +5,15 @@ the budget. Its duration comes from the instance profile: for a single request w
 prefix, `prefill_s(new, cached)`; a batch pays the fixed per-pass cost once, i.e.
 `T(0) + sum(prefill_s(n_i, c_i) - T(0))`. The instance reports its start and end through
 callbacks; the deployment moves the KV and the request on.
+
+A request can be taken back: queued (`withdraw`), or running (`abort`, a cancelled request). A lone
+request's pass stops at once and the instance starts its next request then (an engine with chunked
+prefill drops an aborted request at its next chunk, milliseconds away, which a whole-prompt pass
+stands for as "now"). In a batch the other members go on: the pass does all its members' work at one
+pace, so the same share of each is left, and the aborted request's part of it (that share of its
+`prefill_s - T(0)`) is dropped: the pass ends earlier. A pass's end is a `fire_at` (no handle to
+cancel): its callback, when it comes for a pass aborted or shortened, finds the instance busy until
+later (or idle) and does nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +93,33 @@ class PrefillInstance:
         self._changed()
         return True
 
+    def abort(self, job: Job) -> bool:
+        """Stop a running request now (it was cancelled); False if it is not running here.
+
+        No callback runs for it. Alone in its pass, the instance moves on to its next request now;
+        in a batch, the pass ends sooner by the aborted request's share of the work left."""
+        running = self.running
+        if job not in running:
+            return False
+        now = self.clock.now()
+        rest = [j for j in running if j is not job]
+        end = self._busy_until
+        new_end = now
+        if rest:  # every member's work goes at one pace: the same share of each is left, T(0) counted once
+            base = self._base_s
+            work = base + sum(j.prefill_s - base for j in running)
+            left = (end - now) / work if work > 0 else 0.0
+            new_end = max(now, end - left * (job.prefill_s - base))
+        self.busy_s -= end - new_end  # utilisation: the time it no longer spends
+        self._busy_until = new_end
+        self.running = rest
+        if rest:
+            self.clock.fire_at(new_end, self._finish)
+        else:
+            self._start_next()
+        self._changed()
+        return True
+
     def _take_batch(self) -> list[Job]:
         batch = [self.queue.popleft()]
         if self.max_batch_tokens is not None:
@@ -132,8 +168,10 @@ class PrefillInstance:
             self._changed()  # a batch pays the fixed cost once: the instance frees up earlier
 
     def _finish(self) -> None:
-        batch, self.running = self.running, []
         now = self.clock.now()
+        if now < self._busy_until:  # the end of a pass since aborted or shortened (see `abort`)
+            return
+        batch, self.running = self.running, []
         for job in batch:
             job.prefill_end_s = now
             self.on_done(job)

@@ -1,8 +1,8 @@
 """What the parts of a deployment share: its state, and the steps one part asks of another.
 
 `Deployment` (deployment.py) sets every attribute below in its constructor and defines or mixes in
-every step; the parts (transfers.py, decode_pool.py, outage.py, roles.py) are mixed into it and
-reach them through `self`. Declaring them here lets each part be read, and type-checked, alone.
+every step; the parts (transfers.py, decode_pool.py, outage.py, roles.py, cancel.py) are mixed into it
+and reach them through `self`. Declaring them here lets each part be read, and type-checked, alone.
 Annotations only: nothing here exists at run time but the class itself.
 """
 
@@ -55,6 +55,12 @@ class DeploymentState:
         raise NotImplementedError
 
     def _note_evictions(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _fail(self, job: Job, reason: str) -> None:
+        raise NotImplementedError
+
+    def _prefill_of(self, job: Job, hold: bool) -> None:
         raise NotImplementedError
 
     def _new_prefill(self, name: str, cluster: str) -> PrefillInstance:

@@ -9,13 +9,14 @@ timer per chunk, never one per emulated token.
 Every request that reaches a generation endpoint ends in exactly one record, also one that never
 enters the deployment (`record_unsubmitted`): answered with an error status first (bad JSON, unknown
 model, invalid parameters, prompt too long, ...: `refused`), or its client hung up while sending it.
-A client that hangs up before its response ended is `abandon`ed: the request's record, when the
-deployment ends it, says so (`abandoned`, error "client disconnected", `abandoned_s` when it left).
-The deployment has no way to cancel a request, so an abandoned one keeps its prefill and decode
-capacity to its end, as if the engine had not noticed (vLLM and llama-server abort it); its stamps
-are what the deployment did. Records also carry `http_status`, the status line the client got (a
-stream's is 200 whatever ends it; 499, nginx's "client closed request", when the client left before
-any was sent), and `interrupted` (still in flight when the server stopped: `close`).
+A client that hangs up before its response ended is `abandon`ed: the deployment cancels the request
+at once, as vLLM and llama-server abort one whose client left (it leaves its queue, its prefill, KV
+transfer or decode batch stops, and the capacity it held goes to the others: `Deployment.cancel`),
+and its record is written then: `abandoned`, error "client disconnected", `abandoned_s` when it left,
+its stamps up to the cancellation (`finish_s` empty). Records also carry `http_status`, the status
+line the client got (a stream's is 200 whatever ends it; 499, nginx's "client closed request", when
+the client left before any was sent), and `interrupted` (still in flight when the server stopped:
+`close`).
 """
 
 from __future__ import annotations
@@ -127,11 +128,14 @@ class LiveEngine:
             self.record_sink(record if client_id is None else {**record, "client_id": client_id})
 
     def abandon(self, live: LiveJob) -> bool:
-        """Its client hung up: mark the request (its record, when it ends, says so); False when it had
-        ended already (its record is written: the client left while the last bytes went out)."""
+        """Its client hung up: cancel the request in the deployment now, which writes its one record
+        (abandoned) and frees what it held; False when it had ended already (its record is written: the
+        client left while the last bytes went out)."""
         if live.record is not None or live.abandoned_s is not None:
             return False
         live.abandoned_s = self.clock.now()
+        if live.job is not None:
+            self.deployment.cancel(live.job, CLIENT_LEFT)  # -> _on_record, at once
         return True
 
     def _outcome(self, status: int, *, refused: bool = False, abandoned_s: float | None = None) -> dict:

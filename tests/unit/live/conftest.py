@@ -97,6 +97,13 @@ class FakeDeployment:
         self.records.append(record)
         self.on_record(record)
 
+    def cancel(self, job, reason="cancelled"):
+        """The client left: the request ends now (its later timers find it ended and do nothing)."""
+        if job.request.request_id not in self.in_flight:
+            return False
+        self._end(job, reason)
+        return True
+
     def close(self, reason="closed"):
         for job in list(self.in_flight.values()):
             self._end(job, reason)
