@@ -151,26 +151,62 @@ def test_health_answers_during_and_after(overload):
     assert status == 200 and body["usage"]["completion_tokens"] == 2
 
 
+def _emulator_view(overload) -> dict:
+    """The emulator's records of the test's requests in arrival order, all on its own clock (emulated
+    seconds, exact whatever the host did: ScheduledLoopClock), each with its run-clock schedule."""
+    result = overload["result"]
+    scheduled = {r.request_id: (r.scheduled_ns - result.t0_ns) / 1e9 * TIME_SCALE for r in result.records}
+    rows = sorted((rec for rec in overload["server_records"] if rec["request_id"] in overload["client_ids"]),
+                  key=lambda rec: (rec["arrival_s"], rec["request_id"]))  # ids count submissions: ties in order
+    arrival = np.array([rec["arrival_s"] for rec in rows])
+    sigma = np.array([scheduled[int(overload["client_ids"][rec["request_id"]])] for rec in rows])
+    delay = arrival - sigma  # the schedule's offset onto the emulator's clock, plus this request's delivery delay
+    return {"arrival": arrival, "schedule": np.sort(sigma), "delay_spread": float(delay.max() - delay.min()),
+            "prefill_start": np.array([rec["prefill_start_s"] for rec in rows]),
+            "prefill_end": np.array([rec["prefill_end_s"] for rec in rows]),
+            "ttft": np.array([rec["ttft_s"] for rec in rows])}
+
+
 def test_ttft_grows_with_the_backlog(overload):
-    """At 2x capacity the queue grows all run long: TTFT rises with send order (rank correlation),
-    the last tenth waits far longer than the first, and the longest wait is of the order of the
-    backlog the offered load builds (N/2 requests ahead, each one service time)."""
-    records = sorted(overload["result"].records, key=lambda r: r.sent_ns)
-    ttft_s = np.array([(r.first_token_ns - r.sent_ns) / 1e9 * TIME_SCALE for r in records])  # run clock
-    order = np.arange(len(ttft_s))
-    ranks = np.argsort(np.argsort(ttft_s))
-    spearman = np.corrcoef(order, ranks)[0, 1]
-    assert spearman > 0.9, spearman
-    tenth = len(ttft_s) // 10
-    first, last = np.median(ttft_s[:tenth]), np.median(ttft_s[-tenth:])
-    assert last > 5 * first, (first, last)
-    backlog_s = (N_REQUESTS / 2) / overload["capacity_rps"]  # N/2 left in the queue when sending ends
-    assert ttft_s.max() >= 0.5 * backlog_s, (ttft_s.max(), backlog_s)
+    """At 2x capacity the queue grows all run long, and TTFT with it; read on the emulator's records.
+
+    One prefill instance, every prompt 16K uncached tokens: each prefill takes the same S (the
+    sim's capacity is 1/S). FIFO, one at a time, never before the request arrived: a request that
+    finds k requests ahead of it (arrived, prefill not done) waits at least k*S, and the i-th arrival
+    cannot finish its prefill before i+1 services after the first arrival. Those hold whatever the
+    arrival times. With the offer's schedule they become the backlog a 2x overload builds:
+    TTFT_i >= (i+1)*S - (schedule_i - schedule_0) - D for the i-th request, where D is the spread of
+    the delivery delay (emulator arrival minus schedule) this run measured, so the bound is as
+    loose as the host made the arrivals, no looser. At the last request that is the backlog:
+    (N*S - the offer's span) - D, about N/2 service times on a quiet machine."""
+    view = _emulator_view(overload)
+    arrival, prefill_end, ttft = view["arrival"], view["prefill_end"], view["ttft"]
+    service = prefill_end - view["prefill_start"]
+    s = float(service.mean())
+    assert np.allclose(service, s, rtol=1e-9, atol=0) and s == pytest.approx(1 / overload["capacity_rps"], rel=0.01)
+    assert (view["prefill_start"] >= arrival).all()
+    assert (view["prefill_start"][1:] >= prefill_end[:-1] - 1e-9).all()  # one at a time, in arrival order
+    assert (ttft >= prefill_end - arrival).all()
+    ahead = np.array([int(((arrival < a) & (prefill_end > a)).sum()) for a in arrival])
+    assert (ttft >= ahead * s - 1e-6).all(), [(k, t / s) for k, t in zip(ahead, ttft, strict=True) if t < k * s][:5]
+    i = np.arange(len(arrival))
+    assert (prefill_end - arrival >= (i + 1) * s - (arrival - arrival[0]) - 1e-6).all()
+    bound = (i + 1) * s - (view["schedule"] - view["schedule"][0]) - view["delay_spread"]
+    assert (ttft >= bound - 1e-6).all(), [(int(k), float(t), float(b)) for k, t, b in zip(i, ttft, bound, strict=True)
+                                          if t < b - 1e-6][:5]
 
 
 def test_offered_rate_was_twice_capacity(overload):
-    """The load generator kept to the schedule, so the overload was what it claims."""
+    """The overload is what it claims: the offer the load generator scheduled (exact run-clock
+    targets, from the seeded Poisson arrivals at 2x) is well above capacity, each request was sent
+    in order, none before its target, and each reached the emulator once. How late the sends were is
+    the host's; the TTFT test takes the delay the run measured as its slack instead of assuming it."""
     records = overload["result"].records
-    sent_s = np.sort([(r.sent_ns - overload["result"].t0_ns) / 1e9 * TIME_SCALE for r in records])
-    achieved_rps = (len(sent_s) - 1) / (sent_s[-1] - sent_s[0])
-    assert achieved_rps > 1.5 * overload["capacity_rps"], (achieved_rps, overload["capacity_rps"])
+    scheduled_s = np.sort([(r.scheduled_ns - overload["result"].t0_ns) / 1e9 * TIME_SCALE for r in records])
+    offered_rps = (len(scheduled_s) - 1) / (scheduled_s[-1] - scheduled_s[0])
+    assert offered_rps > 1.5 * overload["capacity_rps"], (offered_rps, overload["capacity_rps"])
+    by_schedule = sorted(records, key=lambda r: (r.scheduled_ns, r.request_id))
+    assert all(r.sent_ns - r.queued_ns >= r.scheduled_ns for r in by_schedule)
+    sent = [r.sent_ns - r.queued_ns for r in by_schedule]
+    assert sent == sorted(sent)
+    assert len(_emulator_view(overload)["arrival"]) == N_REQUESTS

@@ -50,18 +50,36 @@ def test_serve_then_load_against_its_url(tmp_path):
     assert len(served) == 32 and served["error"].isna().all()
 
 
+def _completed_on_disk(run_dir, proc, n: int, deadline_s: float = 120.0) -> int:
+    """Poll (with a deadline) until the run's parts hold `n` completed requests; how many they hold."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        assert proc.poll() is None, f"exited early ({proc.returncode}): {proc.stderr.read()[-2000:]}"
+        parts = sorted((run_dir / "requests.parquet.parts").glob("part-*.parquet"))
+        done = sum(int(pd.read_parquet(p, columns=["error"])["error"].isna().sum()) for p in parts)
+        if done >= n:
+            return done
+        time.sleep(0.1)
+    pytest.fail(f"{n} completed requests never reached {run_dir / 'requests.parquet.parts'} in {deadline_s:.0f} s")
+
+
 def test_sigint_midway_keeps_every_sent_request(tmp_path):
     """Ctrl-C during a live run: the run stops, each request sent so far is a row (the unfinished
-    ones marked interrupted), the directory is written, and the exit status is 130."""
+    ones marked interrupted), the directory is written, and the exit status is 130.
+
+    The signal goes once 21 requests have completed (polled on the run's parts, flushed every 0.1 s),
+    not after a fixed sleep: how much a busy machine does in a given time varies. The open loop
+    keeps sending at 20 req/s while each request takes seconds of run clock (4096-token prefill, 100
+    tokens decoded), so requests are in flight whenever the signal lands."""
     run_dir = tmp_path / "stopped"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "mode=live", "server.time_scale=5",
                              "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=100",
                              "workload.num_requests=100000", "loadgen.rate_rps=20", "loadgen.progress=false",
-                             "analysis.figures=false", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "recording.flush_s=0.1", "analysis.figures=false", f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "listening on" in proc.stderr.readline()
-        time.sleep(2.0)  # 10 s of run clock: ~200 requests sent, the last ones still decoding
+        on_disk = _completed_on_disk(run_dir, proc, 21)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -71,6 +89,7 @@ def test_sigint_midway_keeps_every_sent_request(tmp_path):
     assert "interrupted" in out
     df = pd.read_parquet(run_dir / "requests.parquet")
     assert 20 < len(df) < 100000
+    assert df["error"].isna().sum() >= on_disk  # nothing on disk before the signal was lost
     assert df["error"].fillna("").str.startswith("interrupted").any() and df["error"].isna().any()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["n_requests"] == len(df)

@@ -105,19 +105,26 @@ def test_a_late_wake_sends_every_token_that_exists_in_one_chunk(serve_engine, st
     assert asked == [1, 5, 10]
 
 
-def test_chat_stream_first_delta_has_the_role(serve_fake, sse_events):
+def test_chat_stream_first_delta_has_the_role(serve_engine, step_engine, sse_events):
+    """The first chat chunk carries the assistant role, no later one does. Token progress is the
+    test's (StepEngine, interval 1: one token per chunk), so there are always three token chunks;
+    on a fake deployment's real-clock timers a late loop sent all three in one chunk."""
+    options = ServeOptions(served_model="fake-model", stream_interval_tokens=1)
+
     async def body():
-        async with serve_fake() as (url, _), aiohttp.ClientSession() as s:
+        async with serve_engine(step_engine(), options) as url, aiohttp.ClientSession() as s:
             req = {"model": "fake-model", "messages": [{"role": "user", "content": "hello there"}],
                    "max_tokens": 3, "stream": True}
             async with s.post(url + "/v1/chat/completions", json=req) as resp:
                 return await sse_events(resp)
 
     events = run(body())
+    assert events[-1] == "[DONE]"
     chunks = events[:-1]
-    assert chunks[0]["object"] == "chat.completion.chunk"
+    assert [len(c["choices"][0]["delta"]["content"].split()) for c in chunks] == [1, 1, 1]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    assert "role" not in chunks[1]["choices"][0]["delta"]
+    assert all("role" not in c["choices"][0]["delta"] for c in chunks[1:])
     assert "".join(c["choices"][0]["delta"]["content"] for c in chunks).split() == ["the"] * 3
     assert "usage" not in chunks[0]  # not asked for
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from harness.loadgen.clock import FakeClock
+from harness.loadgen.clock import FakeClock, MonotonicClock
 from harness.loadgen.engine import run_load
 from harness.workload.request import Request
 
@@ -137,19 +138,42 @@ def test_cancelled_run_still_records_what_it_sent(monkeypatch):
     assert all(r.error == "interrupted: the run was stopped" and r.done_ns is not None for r in records)
 
 
-def test_loop_watcher_measures_lag():
-    """On the real clock the watcher ticks and reports how late each tick woke."""
+class CountingClock(MonotonicClock):
+    """The real clock, counting the sleeps that have returned (the offer's and the watcher's)."""
 
-    class Instant:
+    def __init__(self):
+        self.wakes = 0
+
+    async def sleep_until(self, t_ns):
+        await super().sleep_until(t_ns)
+        self.wakes += 1
+
+
+def test_loop_watcher_measures_lag():
+    """On the real clock the watcher ticks and reports how late each tick woke. The send lasts until
+    the watcher has woken 3 times (counted, not timed: a busy machine only makes that take longer),
+    and blocks the loop for STALL_S between the first wake and the rest: a tick due in that stall
+    wakes at least STALL_S - period late, whatever else the host does."""
+    period_s, stall_s = 0.005, 0.03
+    clock = CountingClock()
+
+    class WaitsForTheWatcher:
         def prepare(self, request):
             return None
 
         async def send(self, body, record):
-            await asyncio.sleep(0.05)
+            start = clock.wakes  # the offer has slept to t0 already; every later wake is the watcher's
+            deadline = time.monotonic() + 30  # a hang bound: the asserts below say what was missing
+            while clock.wakes < start + 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            time.sleep(stall_s)  # the loop stalls, as on a busy host
+            while clock.wakes < start + 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
 
-    result = run(run_load(trace([0.0]), Instant(), lag_period_s=0.005))
-    assert len(result.loop_lag_ns) >= 3
+    result = run(run_load(trace([0.0]), WaitsForTheWatcher(), clock=clock, lag_period_s=period_s))
+    assert len(result.loop_lag_ns) >= 3, result.loop_lag_ns
     assert all(lag >= 0 for lag in result.loop_lag_ns)
+    assert max(result.loop_lag_ns) >= (stall_s - period_s) * 1e9, result.loop_lag_ns
 
 
 def test_stop_cancels_what_is_in_flight_and_sends_nothing_more():
