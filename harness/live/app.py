@@ -214,7 +214,7 @@ async def _stream(request: web.Request, engine: LiveEngine, options: ServeOption
                                                         record["cached_tokens"])))
         await response.write(DONE)
         await response.write_eof()
-    except ConnectionError:  # the client went away (its record says so); the emulated request runs on
+    except ConnectionError:  # the client went away: its request is cancelled, its record says so
         engine.metrics.disconnects += 1
         engine.abandon(live)
     return response
