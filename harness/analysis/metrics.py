@@ -299,10 +299,14 @@ def cached_token_frac(df: Frame) -> float:
 
 
 def cache_hit_token_frac(df: Frame) -> float:
-    """Prefix-cache pool token hit rate (block-level KV matches); falls back to cached_tokens."""
+    """Prefix-cache pool token hit rate (block-level KV matches); falls back to cached_tokens.
+    NaN when a row's hit count is unknown (null: url mode, where the client cannot see the pool)."""
     column = "cache_hit_tokens" if "cache_hit_tokens" in df else "cached_tokens"
     total = np.nansum(_values(df, "input_tokens"))
-    return float(np.nansum(_values(df, column)) / total) if total > 0 else float("nan")
+    hits = _values(df, column)
+    if np.isnan(hits).any():
+        return float("nan")
+    return float(hits.sum() / total) if total > 0 else float("nan")
 
 
 def prefill_tokens_computed(df: Frame) -> float:
@@ -311,9 +315,14 @@ def prefill_tokens_computed(df: Frame) -> float:
 
 
 def kv_bytes_prfaas_total(df: Frame) -> float:
+    """KV bytes moved cross-DC: sum of kv_bytes_sent over route prfaas. NaN when the run knows neither
+    any request's route nor its KV bytes (url mode: the client sees no KV transfer)."""
     if "route" not in df.columns:
         return 0.0
-    remote = (df["route"].astype("string").fillna("") == "prfaas").to_numpy(dtype=bool)
+    route = df["route"].astype("string")
+    if len(df) and route.isna().all() and not np.isfinite(_values(df, "kv_bytes_sent")).any():
+        return float("nan")
+    remote = (route.fillna("") == "prfaas").to_numpy(dtype=bool)
     return float(np.nansum(_values(df, "kv_bytes_sent")[remote]))
 
 
