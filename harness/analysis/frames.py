@@ -145,7 +145,7 @@ def _typed(records: Iterable[Mapping[str, Any]] | pd.DataFrame, schema: Mapping[
         if name not in df.columns:
             if name in _ADD_IF_MISSING_SKIP:
                 continue
-            df[name] = _INT_DEFAULTS[name] if name in _INT_DEFAULTS else 0 if col.dtype == "int64" else None
+            df[name] = _INT_DEFAULTS.get(name, 0 if col.dtype == "int64" else None)
         elif name in _INT_DEFAULTS and col.dtype == "int64" and df[name].dtype.kind not in "iu":
             # optional counts: a record without one has none (an integer column has no missing value)
             df[name] = [_INT_DEFAULTS[name] if _is_missing(v) else v for v in df[name]]
@@ -266,9 +266,8 @@ def summary_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFr
             series = pd.Series([np.nan if _is_missing(v) else float(v) for v in series], index=df.index)
         elif dtype == "boolean" and series.dtype == object:
             series = pd.Series([pd.NA if _is_missing(v) else bool(v) for v in series], index=df.index, dtype=object)
-        elif dtype == "Int64" and series.dtype.kind == "f":
-            if not np.all(np.isnan(series) | (series == np.round(series))):
-                dtype = "float64"  # a count with a fraction: keep the value (never round data away)
+        elif dtype == "Int64" and series.dtype.kind == "f" and not np.all(series.isna() | (series == series.round())):
+            dtype = "float64"  # a count with a fraction: keep the value (never round data away)
         df[name] = _cast(series, dtype, str(name), "summary")
     return df
 

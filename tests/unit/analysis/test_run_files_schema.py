@@ -77,7 +77,8 @@ def _assert_read_together(files: list[Path]) -> None:
     typed null, every order of the files reads with pd.read_parquet, and each column has one pandas
     dtype in every file."""
     schemas = [pq.read_schema(f) for f in files]
-    assert not [(str(f), fld.name) for f, s in zip(files, schemas, strict=True) for fld in s if pa.types.is_null(fld.type)]
+    assert not [(str(f), fld.name) for f, s in zip(files, schemas, strict=True) for fld in s
+                if pa.types.is_null(fld.type)]
     pa.unify_schemas(schemas)
     for order in itertools.permutations(files):
         pd.read_parquet(list(order))
