@@ -51,7 +51,8 @@ REQUEST_COLUMNS: dict[str, Column] = {
     "session_id": Column("Int64", ""),
     "arrival_s": Column("float64", "s", True, "offset from run start"),
     "input_tokens": Column("int64", "tokens", True),
-    "cached_tokens": Column("int64", "tokens", doc="prefix the prefill skipped (usable hit or fetched)"),
+    "cached_tokens": Column("Int64", "tokens", doc="prefix the prefill skipped (usable hit or fetched); null "
+                                                  "in url mode when the target reports no cached count"),
     "cache_hit_tokens": Column("Int64", "tokens", doc="block-level KV hit in the prefilling cluster's pool; "
                                                        "null in url mode (the client cannot see it)"),
     "fetched_tokens": Column("Int64", "tokens", doc="prefix moved across clusters before the prefill; null in "

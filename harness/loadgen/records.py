@@ -71,7 +71,7 @@ class RequestRecord:
             "session_id": self.session_id,
             "arrival_s": sent,  # when the target got it: latencies count from here, as in sim mode
             "input_tokens": self.input_tokens,
-            "cached_tokens": self.cached_tokens if self.cached_tokens is not None else 0,
+            "cached_tokens": self.cached_tokens,  # None (null) when the usage did not say
             "cache_hit_tokens": None,  # the target's prefix pool and cross-cluster fetches are not
             "fetched_tokens": None,  # visible to a client: unknown (null), not 0
             "output_tokens": n_out,

@@ -216,7 +216,7 @@ def _join_server_records(rows: list[dict], server_records: list[dict], client_id
         served = by_client.get(str(row["request_id"]))
         if served is None:  # refused before it reached the deployment (e.g. a 400): never routed
             # (route null), and no prefix was hit or fetched for it
-            row.update(cache_hit_tokens=0, fetched_tokens=0)
+            row.update(cache_hit_tokens=0, fetched_tokens=0, cached_tokens=row.get("cached_tokens") or 0)
             continue
         for key, value in served.items():
             if key.endswith("_s") and key not in _SERVER_DURATIONS and isinstance(value, float):

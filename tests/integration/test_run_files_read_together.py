@@ -76,6 +76,7 @@ def test_url_mode_writes_what_the_client_cannot_know_as_null(runs):
     req = pd.read_parquet(runs / "url" / "requests.parquet")
     assert len(req) == 12 and req["error"].isna().all()
     assert req["cache_hit_tokens"].isna().all() and req["fetched_tokens"].isna().all()
+    assert req["cached_tokens"].notna().all()  # harness-serve reports usage.prompt_tokens_details
     assert req["route"].isna().all() and req["kv_bytes_sent"].isna().all()
     assert (req["http_status"] == 200).all()
     s = pd.read_parquet(runs / "url" / "summary.parquet").iloc[0]

@@ -156,9 +156,22 @@ def test_url_unknowns_are_null_and_their_fractions_nan_not_zero(tmp_path):
 
 def test_a_row_without_the_pool_counts_has_none_one_with_them_unknown_has_null():
     base = _rows("d", 2)
-    df = requests_frame([base[0], {**base[1], "cache_hit_tokens": None, "fetched_tokens": None}])
+    df = requests_frame([base[0], {**base[1], "cache_hit_tokens": None, "fetched_tokens": None, "cached_tokens": None}])
     assert df["cache_hit_tokens"].tolist()[0] == 0 and df["cache_hit_tokens"].isna().tolist() == [False, True]
-    assert math.isnan(m.cache_hit_token_frac(df))
+    assert df["cached_tokens"].isna().tolist() == [False, True] and str(df["cached_tokens"].dtype) == "Int64"
+
+
+def test_token_fractions_count_the_rows_whose_counts_are_known_and_are_nan_when_none_is():
+    """Input 100 (50 cached, 40 pool hits) and 300 (counts unknown): 0.5 and 0.4 over the known row, not
+    50/400 nor 0; every count unknown: NaN, not 0."""
+    rows = _rows("d", 2)
+    df = requests_frame([{**rows[0], "cached_tokens": 50, "cache_hit_tokens": 40},
+                         {**rows[1], "input_tokens": 300, "cached_tokens": None, "cache_hit_tokens": None}])
+    assert m.cached_token_frac(df) == pytest.approx(0.5) and m.cache_hit_token_frac(df) == pytest.approx(0.4)
+    assert m.prefill_tokens_computed(df) == pytest.approx(50)
+    unknown = requests_frame([{**r, "cached_tokens": None, "cache_hit_tokens": None} for r in rows])
+    assert math.isnan(m.cached_token_frac(unknown)) and math.isnan(m.cache_hit_token_frac(unknown))
+    assert math.isnan(m.prefill_tokens_computed(unknown))
 
 
 def test_live_join_fills_what_the_client_did_not_know_from_the_emulator():
