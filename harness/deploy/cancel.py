@@ -8,7 +8,8 @@ the waiting queue, its prefill or decode stops and its KV blocks are freed. `can
 - fetching a prefix, or streaming its KV to the decode side: its link flows are cancelled (the link's
   other flows share the bandwidth from now) and its transfer-cache bytes released;
 - prefilling: the instance stops it now and starts its next request (in a batched pass the others go
-  on and the pass ends sooner: `PrefillInstance.abort`);
+  on and the pass ends sooner: `PrefillInstance.abort`; their KV streams, produced as the pass goes,
+  are re-timed to that end: `Link.reproduce`);
 - its KV held on its prefill instance because the landing buffer was full, or landed and waiting for a
   decode slot: it leaves the line, the instance's hold or the landed bytes are released;
 - decoding: its slot and KV memory are free at once, and the batch steps without it from the end of
@@ -85,11 +86,20 @@ class Cancellation(DeploymentState):
             if instance.name == name:
                 if not instance.withdraw(job) and instance.abort(job):
                     job.prefill_end_s = now  # it occupied the instance until now
+                    self._retime_kv(instance)
                 break
         request = job.request
         pool = self.pools.get(job.route)
         if pool is not None and self.prefix_cache and request.hash_ids:
             pool.mark_ready(request.hash_ids, request.input_tokens)  # see the module's note
+
+    def _retime_kv(self, instance: PrefillInstance) -> None:
+        """The pass of the requests left on `instance` ends sooner (`abort`): their KV, streamed out as
+        it is computed, is produced by then, so their transfers finish sooner too."""
+        end = instance.pass_end_s
+        for other in instance.running:
+            for flow in other.flows:
+                flow._link.reproduce(flow, end)
 
     def _all_prefill(self) -> list[PrefillInstance]:
         instances = [i for cluster in self.prefill.values() for i in cluster]

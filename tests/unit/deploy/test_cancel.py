@@ -144,6 +144,33 @@ def test_a_batched_pass_goes_on_without_the_cancelled_request_and_ends_sooner(fa
     assert recs[1]["prefill_end_s"] == pytest.approx(0.9) and w.first_tokens[1] == 0
 
 
+def test_a_shortened_pass_brings_the_others_kv_and_first_token_forward(fake_profile):
+    """The pass above, with 1 MB of KV per prompt over an 80 Mbit/s (10 MB/s) RDMA link, streamed as the
+    pass computes it (the link keeps pace: the KV lands as the pass ends). Cancelling one member at
+    0.9 s ends the pass at 0.9 + 1.1 x 2/3; the other's KV is produced by then, so it lands then and
+    its first token comes then, not at 2.3 s as uncancelled."""
+    def deployment():
+        clock = VirtualClock()
+        profile = fake_profile(base_s=0.1, per_token_s=0.001, bs_max=8)
+        dep = Deployment(name="t", clock=clock, router=HomogeneousRouter(), local_profile=profile, n_prefill=1,
+                         n_decode=1, prfaas_profile=profile, n_prfaas=0, cross_link=None,
+                         rdma_link=Link(clock, 0.08), max_batch_tokens=4096)
+        w = Watch(clock, dep)
+        for rid, tokens in ((0, 100), (1, 1000), (2, 1000)):
+            w.submit_at(0.0, _request(rid, tokens))
+        return w
+
+    w, alone = deployment(), deployment()
+    w.cancel_at(0.9, 1)
+    recs, uncancelled = w.finish(), alone.finish()
+    end = 0.9 + 1.1 * 2 / 3
+    assert uncancelled[2]["kv_ready_s"] == pytest.approx(2.3)  # produced at 1 MB/2.1 s: the link keeps pace
+    assert recs[2]["prefill_end_s"] == pytest.approx(end)
+    # by 0.9 s a third of its 1 MB was produced and sent; the rest, produced by `end`, goes at < 1 MB/s
+    assert recs[2]["kv_ready_s"] == pytest.approx(end, abs=1e-9)
+    assert recs[2]["ttft_s"] == pytest.approx(end, abs=1e-9)
+
+
 def test_a_cancelled_transfer_gives_its_share_of_the_link_to_the_others(fake_profile):
     """Two 4 MB KV transfers from PrfaaS share a 1 MB/s link (8 s for both). At 2 s each has sent 1 MB
     (less what 0.1 s of prefill held back); cancelling one lets the other take the whole link."""
