@@ -20,9 +20,14 @@ record, failed with the given reason, stamped up to the cancellation (a prefill 
 `finish_s` stays empty: it did not finish). The attempt is marked `abandoned`, the flag a PrfaaS
 outage's superseded attempt carries, so no callback already scheduled for it acts on it.
 
-A request cancelled before its prefill finished leaves the prefix blocks it entered in the cache pool
-marked computed: the pool does not know which request entered a block, and requests routed behind it
-to the same instance were charged for that prefix as cached (the cache is optimistic by that prompt).
+One rule for the prefix cache, in every deployment (PD and PrfaaS-PD here, aggregated in
+`AggregatedDeployment.cancel`): a cancelled request leaves the prefix blocks it entered in the cache
+pool (at routing in PD, at admission to a slot in an aggregated engine) marked computed, as a finished
+prefill would, whether it was cancelled before, during or after its prefill. The pool does not know
+which request entered a block, and requests routed behind it to the same instance were charged for
+that prefix as cached; an engine keeps the part of an aborted prompt it computed (llama-server's slot
+holds it), and the rest is counted as if computed: the cache is optimistic by that prompt. A request
+cancelled before it entered anything (queued in an aggregated engine) marks nothing.
 
 Sim runs never cancel: nothing here runs in them. Mixed into `Deployment`, whose state it reads.
 """

@@ -413,3 +413,23 @@ def test_aggregated_a_decoder_leaves_the_run_at_the_next_step_and_the_step_time_
     assert recs[2]["finish_s"] == pytest.approx(0.6 + 8 * 0.15)  # 2 steps by 0.6, 8 left; 2.2 s uncancelled
     _cancelled(recs[1])
     assert w.first_tokens[1] == 1
+
+
+@pytest.mark.parametrize("deployment", ["pd", "aggregated"])
+def test_a_prompt_cancelled_mid_prefill_leaves_its_prefix_computed_for_the_next_turn(fake_profile, deployment):
+    """One rule in both deployments (harness.deploy.cancel's note): a 1024-token prompt (two 512-token
+    blocks) cancelled at 0.3 s, a third into its 1 s prefill, leaves its blocks marked computed, so the
+    next turn extending it (arriving at 2 s, when nothing else runs) finds the 1024 tokens cached."""
+    profile = fake_profile(per_token_s=0.001, step_s=0.1, bs_max=1)
+    if deployment == "pd":
+        _, _, w = _pd(profile, prefix_cache=True, block_tokens=512)
+    else:
+        clock = VirtualClock()
+        w = Watch(clock, AggregatedDeployment(name="agg", clock=clock, profile=profile, instances=1, slots=1,
+                                              chunk_tokens=None, prefix_cache=True, block_tokens=512))
+    w.submit_at(0.0, Request(request_id=1, arrival_s=0.0, input_tokens=1024, output_tokens=2, hash_ids=(7, 8)))
+    w.submit_at(2.0, Request(request_id=2, arrival_s=2.0, input_tokens=1536, output_tokens=2, hash_ids=(7, 8, 9)))
+    w.cancel_at(0.3, 1)
+    recs = w.finish()
+    _cancelled(recs[1])
+    assert recs[2]["error"] is None and recs[2]["cached_tokens"] == 1024
