@@ -190,6 +190,7 @@ class AggregatedDeployment:
             if self.prefix_cache and job.request.hash_ids:  # computed: the rule of harness.deploy.cancel's note
                 self.pools[job.prefill_instance].mark_ready(job.request.hash_ids, job.request.input_tokens)
         job.error = reason
+        job.ended_s = self.clock.now()
         self._finish(job)
         return True
 
@@ -208,9 +209,12 @@ class AggregatedDeployment:
         cut off by stopping the run (see `Deployment.close`)."""
         for instance in self.instances:
             instance.drop_all()
+        now = self.clock.now()
         for job in list(self.in_flight.values()):
             job.error = reason
             job.interrupted = interrupted
+            if interrupted:  # as Deployment.close
+                job.ended_s = now
             self._finish(job)
 
 

@@ -17,7 +17,8 @@ the waiting queue, its prefill or decode stops and its KV blocks are freed. `can
 
 Then the waiting lines move (a slot or landing space may have freed) and the request ends in its one
 record, failed with the given reason, stamped up to the cancellation (a prefill it was in ends then;
-`finish_s` stays empty: it did not finish). The attempt is marked `abandoned`, the flag a PrfaaS
+`finish_s` stays empty: it did not finish; `ended_s` says when it left, where the time series end the
+slot or queue place it held). The attempt is marked `abandoned`, the flag a PrfaaS
 outage's superseded attempt carries, so no callback already scheduled for it acts on it.
 
 One rule for the prefix cache, in every deployment (PD and PrfaaS-PD here, aggregated in
@@ -64,6 +65,7 @@ class Cancellation(DeploymentState):
             self._cancel_flows(job)
             self._leave_prefill(job, now)
             self._leave_decode(job)
+        job.ended_s = now
         self._fail(job, reason)
         if self.draining:
             self._check_draining()

@@ -158,6 +158,8 @@ class LiveEngine:
                 record = {**record, **self._outcome(400, refused=True)}
             else:  # what the handler answers: 200, or 503 for a failure without a stream
                 record = {**record, **self._outcome(200 if live.stream or record.get("error") is None else 503)}
+                if self._closing:  # cut off by the stop, now: where its time series intervals end
+                    record["ended_s"] = self.clock.now()
         self.metrics.on_record(record)
         if self.record_sink is not None:
             cid = self.client_ids.pop(rid, None)

@@ -210,7 +210,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         gc.collect()  # the deployment's instances and timers refer to one another
         assert stream.path is not None  # records are kept unless there is a run directory
         with writing_to(stream.path):
-            written = stream.write_sorted("request_id", fill={INTERRUPTED: False})
+            written = stream.write_sorted("request_id", fill={INTERRUPTED: False, "ended_s": math.nan})
         frame = ParquetColumns(stream.path) if written else \
             _interrupted_as_bool(stream.read().sort_values("request_id", ignore_index=True))
         timeseries = build_timeseries(frame, t_end=t_end, **ts_args, link_columns=link_columns)

@@ -433,3 +433,26 @@ def test_a_prompt_cancelled_mid_prefill_leaves_its_prefix_computed_for_the_next_
     recs = w.finish()
     _cancelled(recs[1])
     assert recs[2]["error"] is None and recs[2]["cached_tokens"] == 1024
+
+
+@pytest.mark.parametrize("deployment", ["pd", "aggregated"])
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_request_that_left_without_finishing_says_when(fake_profile, deployment, stopped):
+    """`ended_s`, where its time series intervals end: the cancel's time, or the stop's for one cut off
+    (`close(interrupted=True)`); a request that finished, or one left when a run ended by itself, has
+    no such key (a run without cancels or a stop writes the files it always did)."""
+    profile = fake_profile(per_token_s=0.001, step_s=0.1, bs_max=4)
+    clock, dep, w = _pd(profile) if deployment == "pd" else _agg(profile, slots=4)
+    w.submit_at(0.0, _request(1, 100, out=100))
+    w.submit_at(0.0, _request(2, 100, out=100))
+    w.submit_at(0.0, _request(3, 100, out=2))  # done well before 2 s
+    w.cancel_at(0.5, 1)
+    clock.run(until=2.0)
+    dep.close("stopped", interrupted=stopped)
+    recs = {r["request_id"]: r for r in w.records}
+    assert recs[1]["ended_s"] == pytest.approx(0.5) and math.isnan(recs[1]["finish_s"])
+    assert recs[3]["error"] is None and "ended_s" not in recs[3]
+    if stopped:
+        assert recs[2]["ended_s"] == pytest.approx(2.0) and recs[2]["interrupted"] is True
+    else:
+        assert recs[2]["error"] == "stopped" and "ended_s" not in recs[2]
