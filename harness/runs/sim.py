@@ -40,6 +40,7 @@ from harness.workload.request import Request
 # A request cut off by stopping the run: its error (as a live run's), and the column that marks it. Only an
 # interrupted run has the column (a run that ends by itself writes the files it always did); parts written
 # before the stop lack it, later rows recorded without it hold nulls: False in the final file, as live's.
+# The same for `ended_s` (when a cut-off request left, for the time series): NaN in the other rows.
 INTERRUPTED_ERROR = "interrupted: the run was stopped"
 INTERRUPTED = "interrupted"
 
