@@ -40,6 +40,7 @@ from harness.workload.request import Request
 # A request cut off by stopping the run: its error (as a live run's), and the column that marks it. Only an
 # interrupted run has the column (a run that ends by itself writes the files it always did); parts written
 # before the stop lack it, later rows recorded without it hold nulls: False in the final file, as live's.
+# The same for `ended_s` (when a cut-off request left, for the time series): NaN in the other rows.
 INTERRUPTED_ERROR = "interrupted: the run was stopped"
 INTERRUPTED = "interrupted"
 
@@ -210,7 +211,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         gc.collect()  # the deployment's instances and timers refer to one another
         assert stream.path is not None  # records are kept unless there is a run directory
         with writing_to(stream.path):
-            written = stream.write_sorted("request_id", fill={INTERRUPTED: False})
+            written = stream.write_sorted("request_id", fill={INTERRUPTED: False, "ended_s": math.nan})
         frame = ParquetColumns(stream.path) if written else \
             _interrupted_as_bool(stream.read().sort_values("request_id", ignore_index=True))
         timeseries = build_timeseries(frame, t_end=t_end, **ts_args, link_columns=link_columns)
