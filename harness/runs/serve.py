@@ -17,6 +17,7 @@ columns `refused`, `abandoned` and `http_status` (harness/live/engine.py). The s
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -89,7 +90,8 @@ def _write_served(cfg: DictConfig, server, run_dir: Path, stream: RecordStream) 
             "n_prfaas": built.n_prfaas, "n_prefill": built.n_prefill, "n_decode": built.n_decode,
             "model": str(cfg.model.name), "time_scale": clock.time_scale, "server_events": clock.events_run,
             "server_lag_max_ms": clock.max_lag_s / clock.time_scale * 1e3, "plan": built.plan,
-            "refused_requests": _count(frame, "refused"), "abandoned_requests": _count(frame, "abandoned")}
+            "refused_requests": _count(frame, "refused"), "abandoned_requests": _count(frame, "abandoned"),
+            "burstiness": math.nan}  # its clients' pacing is theirs: unknown here (summary.json null)
     with writing_to(run_dir):
         summary = write_run(run_dir, frame, timeseries, meta, cfg.analysis)
     stream.discard_parts()
