@@ -28,6 +28,7 @@ from harness.analysis.timeseries import bin_edges, build_timeseries, link_series
 from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.deploy.capacity import offer_saturation, saturation_meta
+from harness.loadgen.settings import burstiness
 from harness.runs.offer import make_offer
 from harness.runs.recording import (
     RecordStream,
@@ -189,6 +190,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
+        "burstiness": burstiness(cfg),  # vLLM's key, from the workload's arrivals as in live and url runs
     }
     saturate, plan = offer.saturate, built.plan
     ts_args: dict[str, Any] = dict(deployment=deployment.name, bin_s=float(cfg.analysis.timeseries.bin_s),
