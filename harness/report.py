@@ -1,7 +1,10 @@
 """`harness-report DIR... [--out DIR] [--no-figures]`: the sweep report from Parquet alone.
 
-Finds every run directory under the DIRs, writes report.parquet and the figures into --out (default:
-the first DIR) and prints the per-deployment and per-run tables. Nothing is re-run.
+Finds every run directory under the DIRs, writes report.parquet and the figures into --out and prints
+the per-deployment and per-run tables. Nothing is re-run. Default --out: with one DIR, that DIR (its own
+report, rewritten); with several, a new folder `report_<YYYYmmdd-HHMMSS>` in the current directory. The
+combined report of several DIRs is never written into one of them (an --out that is one is bad input):
+a sweep's own report.parquet keeps describing that sweep.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = ArgumentParser(prog="harness-report",
                             description="Sweep report from Parquet alone: report.parquet, figures and tables.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="results folders (multirun sweeps or run dirs)")
-    parser.add_argument("--out", default=None, help="where report.parquet and figures go (default: the first DIR)")
+    parser.add_argument("--out", default=None,
+                        help="where report.parquet and figures go (default: the DIR when there is one; with "
+                             "several, a new folder report_<YYYYmmdd-HHMMSS> in the current directory: a combined "
+                             "report never replaces an input's own report.parquet, so --out may not be one of them)")
     parser.add_argument("--no-figures", action="store_true", help="write only report.parquet and print the tables")
     parser.add_argument("--paper", default=None, metavar="GATE_FILE",
                         help="paper reference targets for the Table 6 figure (default: conf/gates/paper_table6.yaml); "

@@ -219,13 +219,16 @@ def steady_throughput_rps(df: Frame, warmup_fraction: float, closed_loop: bool =
     routes' queues may be working on parts of the trace far apart, and the loop's total would count
     whichever is ahead (a FIFO pool busy throughout then measures the same service times whatever
     the in-flight count), in units of the route's mean request (harness/analysis/saturation.py).
+    NaN when the loop ran out of requests before the warm-up share had completed (no steady state).
     """
     if closed_loop:
-        from harness.analysis.saturation import closed_loop_throughput  # it reads this module's masks
+        from harness.analysis.saturation import closed_loop_capacity  # it reads this module's masks
 
-        value = closed_loop_throughput(df, warmup_fraction)
-        if math.isfinite(value):
-            return value
+        capacity = closed_loop_capacity(df, warmup_fraction)
+        if math.isfinite(capacity.rate_rps):
+            return capacity.rate_rps
+        if capacity.ran_out:  # too few requests for the in-flight count: the loop only filled and drained
+            return float("nan")
     start, end = steady_window(df, warmup_fraction)
     if not end > start:
         return throughput_rps(df)

@@ -61,14 +61,26 @@ class RouteWindow:
 @dataclass(frozen=True)
 class ClosedLoopCapacity:
     rate_rps: float  # NaN: too few completions for a window
-    start_s: float  # the whole loop's window (every route's requests)
+    start_s: float  # the whole loop's window (every route's requests); NaN when there is none
     end_s: float
     routes: tuple[RouteWindow, ...] = ()  # empty with a single route
+    only_route: str | None = None  # the one route every request took (single-route deployments)
+    ran_out: bool = False  # the loop ran out of requests before the warm-up share had completed: no window
 
     def slowest(self) -> RouteWindow | None:
         """The route that set the rate (None with a single route)."""
         finite = [r for r in self.routes if math.isfinite(r.rate_rps)]
         return min(finite, key=lambda r: r.rate_rps) if finite else None
+
+    def counted_by(self) -> tuple[str | None, str | None]:
+        """(route that set the rate, how its completions were counted: `mean requests` or `completions`);
+        the one route of a single-route loop; (None, None) when there is no rate."""
+        slowest = self.slowest()
+        if slowest is not None:
+            return slowest.route, "mean requests" if slowest.mean_requests else "completions"
+        if not math.isfinite(self.rate_rps):
+            return None, None
+        return self.only_route, "completions"  # the loop's own count (no route, or no route had a window)
 
     def window(self, route: str | None = None) -> tuple[float, float]:
         """(start_s, end_s) of `route`'s window, or the whole loop's when the route has none."""
@@ -107,8 +119,8 @@ def completion_window(finish: np.ndarray, n: int, warmup_fraction: float, last_s
     k0 = min(max(math.ceil(warmup_fraction * n), 0), ends.size - 1)
     k1 = min(max(math.floor((1.0 - warmup_fraction) * n) - 1, 0), ends.size - 1)
     start, end = float(ends[k0]), min(float(ends[k1]), last_send)
-    if not end > start:
-        return start, end, 0, math.nan
+    if not end > start:  # no window (the loop ran out of requests before `start`, or too few completed)
+        return math.nan, math.nan, 0, math.nan
     inside = (ends > start) & (ends <= end)
     w = np.ones(ends.size) if weight is None else weight[ok][order]
     return start, end, int(inside.sum()), float(w[inside].sum()) / (end - start)
@@ -157,13 +169,16 @@ def closed_loop_capacity(df: pd.DataFrame, warmup_fraction: float) -> ClosedLoop
         return ClosedLoopCapacity(math.nan, math.nan, math.nan)
     last_send = last_full_send(sends, finish[np.isfinite(finish)])
     start, end, _, rate = completion_window(finish, len(df), warmup_fraction, last_send)
+    ends = np.sort(finish[np.isfinite(finish)])
+    k0 = min(max(math.ceil(warmup_fraction * len(df)), 0), ends.size - 1)
+    ran_out = bool(ends.size >= 4 and last_send <= ends[k0])  # full in flight only before the warm-up ended
     if "route" not in df.columns:
-        return ClosedLoopCapacity(rate, start, end)
+        return ClosedLoopCapacity(rate, start, end, ran_out=ran_out)
     routes = df["route"].astype("string").fillna("").to_numpy()
     sent = routes != ""
     names = [str(name) for name in np.unique(routes[sent])]
     if len(names) < 2:
-        return ClosedLoopCapacity(rate, start, end)
+        return ClosedLoopCapacity(rate, start, end, only_route=names[0] if names else None, ran_out=ran_out)
     per_route = []
     for name in names:
         mine = routes == name
@@ -177,7 +192,7 @@ def closed_loop_capacity(df: pd.DataFrame, warmup_fraction: float) -> ClosedLoop
         per_route.append(RouteWindow(name, share, r_start, r_end, count, r / share if share > 0 else math.nan,
                                      busy, weight is not None))
     rates = [r.rate_rps for r in per_route if math.isfinite(r.rate_rps)]
-    return ClosedLoopCapacity(min(rates) if rates else rate, start, end, tuple(per_route))
+    return ClosedLoopCapacity(min(rates) if rates else rate, start, end, tuple(per_route), ran_out=ran_out)
 
 
 def closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:

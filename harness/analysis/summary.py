@@ -4,7 +4,9 @@
 mean_ttft_ms, ..., p99.9_itl_ms, max_concurrency, model_id) so a user can set the harness's numbers
 beside the ones they already have; `analysis.percentiles` picks the pNN keys as vLLM's
 `--metric-percentiles` does. ITL and the peak-throughput keys need per-chunk stamps: HTTP runs
-compute them (`vllm_chunk_metrics`) and hand them over in the run's metadata under `vllm`.
+compute them (`vllm_chunk_metrics`) and hand them over in the run's metadata under `vllm`. Without chunk
+stamps (sim, `harness-serve`) the keys are there all the same: ITL null, the peak rates from the
+requests' own stamps.
 """
 
 from __future__ import annotations
@@ -205,6 +207,10 @@ def vllm_names(summary: Mapping[str, Any], requests_df: Frame,
     out.update({k.removeprefix("vllm_"): v for k, v in summary.items() if k.startswith("vllm_")})
     if "max_concurrent_requests" not in out:  # no chunks (sim): the requests' own stamps say it
         out["max_concurrent_requests"] = vm.max_concurrent_requests(requests_df)
+    if "max_output_tokens_per_s" not in out:  # no chunks (sim, harness-serve): tokens spread over each decode
+        out["max_output_tokens_per_s"] = vm.peak_output_tokens_from_requests(requests_df)
+    for key, value in vm.vllm_stats(np.zeros(0), "itl", tuple(percentiles)).items():
+        out.setdefault(key, value)  # ITL needs chunk stamps: null (NaN) without them, the key there all the same
     return out
 
 

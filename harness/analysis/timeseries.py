@@ -2,7 +2,10 @@
 
 Queue depths and utilisations are time averages over each bin of step functions that the
 records already define (a request is "queued for prefill" from arrival to prefill start, and so
-on), so nothing is sampled during the run and nothing costs events on the hot path.
+on), so nothing is sampled during the run and nothing costs events on the hot path. A request that
+left without finishing (cancelled, or cut off by a stop) has `ended_s`: a stamp it never reached
+(its `finish_s`, or its prefill start if it left the queue) is taken as then, so the place it held
+counts until it left.
 """
 
 from __future__ import annotations
@@ -149,17 +152,24 @@ def build_timeseries(
     def col(name: str) -> np.ndarray:
         return requests[name].to_numpy(float)
 
+    ended = col("ended_s") if "ended_s" in requests else None  # see the module's note
+
+    def until(name: str) -> np.ndarray:
+        """An interval's end: the stamp, or when the request left if it never reached it."""
+        values = col(name)
+        return values if ended is None else np.where(np.isnan(values), ended, values)
+
     routes = requests["route"]
     masks = {cluster: routes.eq(cluster).fillna(False).to_numpy(dtype=bool) for cluster in ("local", "prfaas")}
     del routes
     for cluster, n in (("local", n_prefill), ("prfaas", n_prfaas)):
         mask = masks[cluster]
-        frame[f"prefill_queue_{cluster}"] = occupancy(col("arrival_s")[mask], col("prefill_start_s")[mask], edges)
-        busy = occupancy(col("prefill_start_s")[mask], col("prefill_end_s")[mask], edges)
+        frame[f"prefill_queue_{cluster}"] = occupancy(col("arrival_s")[mask], until("prefill_start_s")[mask], edges)
+        busy = occupancy(col("prefill_start_s")[mask], until("prefill_end_s")[mask], edges)
         frame[f"util_prefill_{cluster}"] = busy / n if n else np.zeros(n_bins)
     del masks
-    frame["decode_waiting"] = occupancy(col("kv_ready_s"), col("first_token_s"), edges)
-    running = occupancy(col("first_token_s"), col("finish_s"), edges)
+    frame["decode_waiting"] = occupancy(col("kv_ready_s"), until("first_token_s"), edges)
+    running = occupancy(col("first_token_s"), until("finish_s"), edges)
     frame["decode_running"] = running
     slots = decode_slots if decode_slots is not None else n_decode
     frame["util_decode"] = running / slots if slots else np.zeros(n_bins)  # share of batch slots in use

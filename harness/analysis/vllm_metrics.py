@@ -79,3 +79,46 @@ def max_concurrent_requests(requests: Frame) -> int:
         return 0
     start, end = _values(requests, "arrival_s")[done], _values(requests, "finish_s")[done]
     return _max_active(start, end, float(np.nanmin(start)))
+
+
+def peak_output_tokens_from_requests(requests: Frame) -> float:
+    """max_output_tokens_per_s without chunk stamps (a sim run, `harness-serve`): the most output tokens of
+    completed requests in any 1-second bin from the first arrival (the bins `peak_output_tokens_per_s`
+    counts), each request's first token at its `first_token_s` and the others spread evenly over
+    (first_token_s, finish_s] (a decode step is the same for every token of a request to within the batch's
+    changes). NaN when no completed request has the stamps."""
+    done = completed_mask(requests)
+    if not done.any():
+        return float("nan")
+    t0 = float(np.nanmin(_values(requests, "arrival_s")[done]))
+    first = _values(requests, "first_token_s")[done] - t0
+    end = _values(requests, "finish_s")[done] - t0
+    n = _values(requests, "output_tokens")[done]
+    ok = np.isfinite(first) & np.isfinite(end) & np.isfinite(n) & (n >= 1) & np.isfinite(t0)
+    if not ok.any():
+        return float("nan")
+    first, end, n = first[ok], np.maximum(end[ok], first[ok]), n[ok]
+    spread = end > first
+    points = np.concatenate([first[spread], first[~spread]])  # a token at the first token (all of them: no span)
+    point_mass = np.concatenate([np.ones(int(spread.sum())), n[~spread]])
+    a, b = first[spread], end[spread]
+    slope = (n[spread] - 1.0) / (b - a)  # tokens per second over (a, b]
+
+    def before(e: np.ndarray) -> np.ndarray:
+        """Tokens stamped before each time e (points strictly before it; the spread part pro rata)."""
+        order = np.argsort(points, kind="stable")
+        mass = np.concatenate([[0.0], np.cumsum(point_mass[order])])[np.searchsorted(points[order], e, "left")]
+        for edge, sign in ((a, 1.0), (b, -1.0)):  # sum of slope x (e - edge) over the edges before e
+            o = np.argsort(edge, kind="stable")
+            k = np.searchsorted(edge[o], e, "left")
+            s = np.concatenate([[0.0], np.cumsum(slope[o])])[k]
+            se = np.concatenate([[0.0], np.cumsum(slope[o] * edge[o])])[k]
+            mass = mass + sign * (e * s - se)
+        return mass
+
+    # Per-bin tokens are piecewise linear in the bin's start between the breakpoints and one second
+    # before them: the maximum over whole bins is at a bin next to a breakpoint (the span may be 1e9 s).
+    n_bins = int(np.ceil(float(end.max()))) + 1
+    marks = np.floor(np.concatenate([points, a, b]))
+    bins = np.unique(np.clip(np.concatenate([marks - 1, marks, marks + 1, [0.0]]), 0, n_bins - 1))
+    return float(np.max(before(bins + 1.0) - before(bins)))

@@ -175,16 +175,22 @@ class AggregatedDeployment:
         """End a request now, queued or admitted, with `reason` as its error; False if it had ended.
 
         Its instance drops it (`AggregatedInstance.cancel`: its slot is free at once) and it ends in its
-        one record, stamped up to now (a prompt it was computing ends now; `finish_s` stays empty)."""
+        one record, stamped up to now (a prompt it was computing ends now; `finish_s` stays empty). The
+        prefix blocks it entered (at admission) are marked computed, as the PD deployments do (the rule
+        is `harness.deploy.cancel`'s module note)."""
         if self.in_flight.get(job.request.request_id) is not job:
             return False
         job.abandoned = True
         for instance in self.instances:
             if instance.cancel(job):
                 break
-        if job.prefill_start_s == job.prefill_start_s and job.prefill_end_s != job.prefill_end_s:
-            job.prefill_end_s = self.clock.now()  # it held the slot's prompt work until now
+        if job.prefill_start_s == job.prefill_start_s:  # admitted: its prefix blocks are in the pool
+            if job.prefill_end_s != job.prefill_end_s:
+                job.prefill_end_s = self.clock.now()  # it held the slot's prompt work until now
+            if self.prefix_cache and job.request.hash_ids:  # computed: the rule of harness.deploy.cancel's note
+                self.pools[job.prefill_instance].mark_ready(job.request.hash_ids, job.request.input_tokens)
         job.error = reason
+        job.ended_s = self.clock.now()
         self._finish(job)
         return True
 
@@ -203,9 +209,12 @@ class AggregatedDeployment:
         cut off by stopping the run (see `Deployment.close`)."""
         for instance in self.instances:
             instance.drop_all()
+        now = self.clock.now()
         for job in list(self.in_flight.values()):
             job.error = reason
             job.interrupted = interrupted
+            if interrupted:  # as Deployment.close
+                job.ended_s = now
             self._finish(job)
 
 

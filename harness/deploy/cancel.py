@@ -8,7 +8,8 @@ the waiting queue, its prefill or decode stops and its KV blocks are freed. `can
 - fetching a prefix, or streaming its KV to the decode side: its link flows are cancelled (the link's
   other flows share the bandwidth from now) and its transfer-cache bytes released;
 - prefilling: the instance stops it now and starts its next request (in a batched pass the others go
-  on and the pass ends sooner: `PrefillInstance.abort`);
+  on and the pass ends sooner: `PrefillInstance.abort`; their KV streams, produced as the pass goes,
+  are re-timed to that end: `Link.reproduce`);
 - its KV held on its prefill instance because the landing buffer was full, or landed and waiting for a
   decode slot: it leaves the line, the instance's hold or the landed bytes are released;
 - decoding: its slot and KV memory are free at once, and the batch steps without it from the end of
@@ -16,12 +17,18 @@ the waiting queue, its prefill or decode stops and its KV blocks are freed. `can
 
 Then the waiting lines move (a slot or landing space may have freed) and the request ends in its one
 record, failed with the given reason, stamped up to the cancellation (a prefill it was in ends then;
-`finish_s` stays empty: it did not finish). The attempt is marked `abandoned`, the flag a PrfaaS
+`finish_s` stays empty: it did not finish; `ended_s` says when it left, where the time series end the
+slot or queue place it held). The attempt is marked `abandoned`, the flag a PrfaaS
 outage's superseded attempt carries, so no callback already scheduled for it acts on it.
 
-A request cancelled before its prefill finished leaves the prefix blocks it entered in the cache pool
-marked computed: the pool does not know which request entered a block, and requests routed behind it
-to the same instance were charged for that prefix as cached (the cache is optimistic by that prompt).
+One rule for the prefix cache, in every deployment (PD and PrfaaS-PD here, aggregated in
+`AggregatedDeployment.cancel`): a cancelled request leaves the prefix blocks it entered in the cache
+pool (at routing in PD, at admission to a slot in an aggregated engine) marked computed, as a finished
+prefill would, whether it was cancelled before, during or after its prefill. The pool does not know
+which request entered a block, and requests routed behind it to the same instance were charged for
+that prefix as cached; an engine keeps the part of an aborted prompt it computed (llama-server's slot
+holds it), and the rest is counted as if computed: the cache is optimistic by that prompt. A request
+cancelled before it entered anything (queued in an aggregated engine) marks nothing.
 
 Sim runs never cancel: nothing here runs in them. Mixed into `Deployment`, whose state it reads.
 """
@@ -58,6 +65,7 @@ class Cancellation(DeploymentState):
             self._cancel_flows(job)
             self._leave_prefill(job, now)
             self._leave_decode(job)
+        job.ended_s = now
         self._fail(job, reason)
         if self.draining:
             self._check_draining()
@@ -85,11 +93,20 @@ class Cancellation(DeploymentState):
             if instance.name == name:
                 if not instance.withdraw(job) and instance.abort(job):
                     job.prefill_end_s = now  # it occupied the instance until now
+                    self._retime_kv(instance)
                 break
         request = job.request
         pool = self.pools.get(job.route)
         if pool is not None and self.prefix_cache and request.hash_ids:
             pool.mark_ready(request.hash_ids, request.input_tokens)  # see the module's note
+
+    def _retime_kv(self, instance: PrefillInstance) -> None:
+        """The pass of the requests left on `instance` ends sooner (`abort`): their KV, streamed out as
+        it is computed, is produced by then, so their transfers finish sooner too."""
+        end = instance.pass_end_s
+        for other in instance.running:
+            for flow in other.flows:
+                flow._link.reproduce(flow, end)
 
     def _all_prefill(self) -> list[PrefillInstance]:
         instances = [i for cluster in self.prefill.values() for i in cluster]

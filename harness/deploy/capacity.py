@@ -67,9 +67,10 @@ def saturation_in_flight(cfg: Any, plan: dict[str, Any] | None = None) -> int:
 
 def saturation_meta(cfg: Any, frame: pd.DataFrame, timeseries: pd.DataFrame, plan: dict[str, Any] | None,
                     in_flight: int) -> dict[str, Any]:
-    """What a saturation run reports (summary keys `saturation_*`): the in-flight count, where it came
-    from, each pool's utilisation over the steady window its capacity was read in, and a starvation
-    warning."""
+    """What a saturation run reports (summary keys `saturation_*`, every one in every run: null when it does
+    not apply): the in-flight count, where it came from, each pool's utilisation over the steady window its
+    capacity was read in, the route that set the rate and how it was counted, the loop's window, and a
+    warning (a starved bottleneck, or too few requests for the in-flight count: no window at all)."""
     from harness.analysis.saturation import closed_loop_capacity
 
     given = cfg.loadgen.get("saturation_in_flight")
@@ -81,13 +82,20 @@ def saturation_meta(cfg: Any, frame: pd.DataFrame, timeseries: pd.DataFrame, pla
     capacity = closed_loop_capacity(frame, warmup)
     # Each prefill pool over its route's window (the one its count came from), decode over the loop's.
     windows = {"pd_p": capacity.window("local"), "prfaas": capacity.window("prfaas"), "pd_d": capacity.window()}
+    route, counted_in = capacity.counted_by()  # the route that set the rate, and how its completions counted
     meta: dict[str, Any] = {"in_flight": in_flight, "in_flight_source": source,
-                            "window_start_s": capacity.start_s, "window_end_s": capacity.end_s}
-    slowest = capacity.slowest()
-    if slowest is not None:  # the route that set the rate, and how its completions were counted
-        meta["route"] = slowest.route
-        meta["counted_in"] = "mean requests" if slowest.mean_requests else "completions"
+                            "window_start_s": capacity.start_s, "window_end_s": capacity.end_s,
+                            "route": route, "counted_in": counted_in}
+    meta.update({f"util_{pool}": math.nan for pool in _POOLS})  # a url target's pools are not seen
     meta.update({k.removeprefix("saturation_"): v for k, v in starvation(timeseries, plan, windows).items()})
+    meta.setdefault("warning", "")
+    if capacity.ran_out:  # the loop was never full after the warm-up: more requests, not more in flight
+        need = math.floor(in_flight / (1.0 - warmup)) + 1 if warmup < 1.0 else math.inf
+        meta["warning"] = (
+            f"too few requests: {len(frame)} at {in_flight} in flight ran out before the first {warmup:.0%} had "
+            f"completed, so there is no steady window and steady_throughput_rps is NaN; raise "
+            f"workload.num_requests well above {need} (in flight / (1 - analysis.warmup_fraction); a few times "
+            f"the in-flight count) or lower loadgen.saturation_in_flight")
     return meta
 
 

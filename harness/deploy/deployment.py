@@ -226,6 +226,9 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges, Cancellat
     def close(self, reason: str = "run ended before the request completed", interrupted: bool = False) -> None:
         """Record every request still in flight as failed (nothing sent goes unrecorded); `interrupted`:
         the run was stopped, so they are cut off, not failed (their rows say `interrupted`)."""
+        now = self.clock.now()
         for job in list(self.in_flight.values()):
             job.interrupted = interrupted
+            if interrupted:  # cut off now (a run that ended by itself records no end: its files as before)
+                job.ended_s = now
             self._fail(job, reason)

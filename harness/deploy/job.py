@@ -39,6 +39,7 @@ class Job:
     attempt: int = 0  # re-prefills after a PrfaaS outage
     abandoned: bool = False  # superseded by a retry: its callbacks are ignored
     interrupted: bool = False  # still in flight when the run was stopped (`Deployment.close`)
+    ended_s: float = NAN  # when it left without finishing: cancelled, or cut off by a stop (else NaN)
     flows: list = field(default_factory=list)  # link flows in progress (cancelled if abandoned)
 
     @property
@@ -81,4 +82,6 @@ class Job:
         }
         if self.interrupted:  # only then: a run never stopped has no such column (its files as before)
             row["interrupted"] = True
+        if self.ended_s == self.ended_s:  # cancelled or cut off: only then, as `interrupted`
+            row["ended_s"] = self.ended_s  # where its time series intervals end (finish_s is empty)
         return row

@@ -116,6 +116,23 @@ class Link:
         flow._rate = 0.0
         self._update()
 
+    def reproduce(self, flow: Flow, produce_end_s: float) -> None:
+        """Its source now finishes producing at `produce_end_s` (a batched prefill pass shortened by a
+        cancel): what is left to produce comes at a uniform rate from now until then."""
+        if flow.finish_s is not None or flow not in self._flows:
+            return
+        now = self._clock.now()
+        if now >= flow.produce_end_s:
+            return  # all of it is produced already
+        self._advance(now)
+        produced = flow._produce_rate * (now - flow._produce_t0)
+        if produce_end_s > now:
+            rate = (flow.nbytes - produced) / (produce_end_s - now)
+            flow._produce_rate = rate
+            flow._produce_t0 = now - produced / rate if rate > 0 else now  # produced(t) = rate * (t - t0)
+        flow.produce_end_s = produce_end_s if produce_end_s > now else now
+        self._update()
+
     @classmethod
     def from_config(cls, clock: Clock, cfg: Any) -> Link:
         """Build from a `link` config node (`harness.deploy.schema.LinkConfig`; RTT in ms)."""
@@ -142,7 +159,7 @@ class Link:
         now = self._clock.now()
         total = 0.0
         for f in self._flows:
-            produced = f.nbytes if now >= f.produce_end_s else f._produce_rate * (now - f.start_s)
+            produced = f.nbytes if now >= f.produce_end_s else f._produce_rate * (now - f._produce_t0)
             total += max(0.0, produced - f.sent_bytes)
         return total
 

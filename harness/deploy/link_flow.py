@@ -23,7 +23,7 @@ class Flow:
     """
 
     __slots__ = ("_link", "nbytes", "start_s", "produce_s", "produce_end_s", "_produce_rate",
-                 "_on_done", "_sent", "_rate", "_eps", "finish_s")
+                 "_produce_t0", "_on_done", "_sent", "_rate", "_eps", "finish_s")
 
     def __init__(self, link: Link, nbytes: float, on_done: Callable[[], None], start_s: float,
                  produce_s: float) -> None:
@@ -33,6 +33,7 @@ class Flow:
         self.produce_s = produce_s
         self.produce_end_s = start_s + produce_s
         self._produce_rate = nbytes / produce_s if produce_s > 0 else math.inf
+        self._produce_t0 = start_s  # produced by t: _produce_rate * (t - _produce_t0) (Link.reproduce moves it)
         self._on_done = on_done
         self._sent = 0.0  # bytes sent as of link._t_last
         self._rate = 0.0  # bytes/s since link._t_last

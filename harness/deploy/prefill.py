@@ -56,6 +56,11 @@ class PrefillInstance:
         """When this instance would be done with everything it holds (in the past when idle)."""
         return self._busy_until + self._queued_work_s
 
+    @property
+    def pass_end_s(self) -> float:
+        """When the pass in progress ends (in the past when idle)."""
+        return self._busy_until
+
     def _changed(self) -> None:
         self.version += 1
         if self.on_change is not None:

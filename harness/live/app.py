@@ -47,6 +47,10 @@ TIME_SCALE_HEADER = "X-Harness-Time-Scale"
 HANDLER_CANCELLATION = True
 
 
+# A request the server refuses, or cuts off, because it is stopping (`LiveEngine.closed`): interrupted.
+SHUTDOWN_STATUS = 503
+SHUTTING_DOWN = "server shutting down"
+
 ENGINE = web.AppKey("engine", LiveEngine)
 OPTIONS = web.AppKey("options", ServeOptions)
 
@@ -58,7 +62,8 @@ async def api_errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         response = await handler(request)
     except ConnectionError:  # the client hung up before its request was read: a disconnect, not a 500
-        request.app[ENGINE].metrics.disconnects_mid_body += 1
+        if not request.app[ENGINE].closed:  # (else the stopping server cut it)
+            request.app[ENGINE].metrics.disconnects_mid_body += 1
         response = web.Response(status=499)  # nginx's "client closed request"; nobody reads it
     except ApiError as err:
         response = web.json_response(err.body(), status=err.status)
@@ -129,6 +134,10 @@ async def _generate(request: web.Request, engine: LiveEngine, options: ServeOpti
         raw = await request.read()  # aiohttp raises 413 past client_max_size
         params = _parse(raw, api, options)
     except (ConnectionError, asyncio.CancelledError) as exc:  # hung up while its request was arriving
+        if engine.closed:  # or the stopping server cut it (aiohttp stops reading, then cancels the handler)
+            engine.record_unsubmitted(SHUTDOWN_STATUS, "server shut down while the request was arriving",
+                                      client_id, interrupted=True)
+            raise
         engine.record_unsubmitted(CLIENT_CLOSED_STATUS, "client disconnected while sending its request", client_id,
                       abandoned=True)
         if isinstance(exc, asyncio.CancelledError):  # (a ConnectionError is counted by api_errors)
@@ -144,12 +153,16 @@ async def _generate(request: web.Request, engine: LiveEngine, options: ServeOpti
     except Exception as exc:  # a harness bug (api_errors answers 500): the request still gets its record
         engine.record_unsubmitted(500, f"internal error: {exc!r}", client_id)
         raise
+    if engine.closed:  # the server is stopping: it takes nothing new (the request is interrupted, not failed)
+        engine.record_unsubmitted(SHUTDOWN_STATUS, SHUTTING_DOWN, client_id, interrupted=True)
+        raise ApiError(SHUTDOWN_STATUS, SHUTTING_DOWN, code="server_shutting_down")
     live = engine.submit(params.prompt_ids, params.max_tokens, client_id, stream=params.stream)
     try:
         return await _respond(request, engine, options, live, params)
-    except asyncio.CancelledError:  # its client hung up (aiohttp cancels the handler)
-        engine.metrics.disconnects += 1
-        engine.abandon(live)
+    except asyncio.CancelledError:  # its client hung up (aiohttp cancels the handler), or the server stopped
+        if not engine.closed:  # (stopping, it recorded the request as interrupted: `LiveEngine.close`)
+            engine.metrics.disconnects += 1
+            engine.abandon(live)
         if live.stream:  # its status line went out before it left (api_errors sees no response)
             _count_response(request, 200)
         raise
@@ -215,6 +228,7 @@ async def _stream(request: web.Request, engine: LiveEngine, options: ServeOption
         await response.write(DONE)
         await response.write_eof()
     except ConnectionError:  # the client went away: its request is cancelled, its record says so
-        engine.metrics.disconnects += 1
-        engine.abandon(live)
+        if not engine.closed:  # (the stopping server cut the stream: the record says interrupted)
+            engine.metrics.disconnects += 1
+            engine.abandon(live)
     return response

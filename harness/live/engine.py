@@ -16,7 +16,10 @@ and its record is written then: `abandoned`, error "client disconnected", `aband
 its stamps up to the cancellation (`finish_s` empty). Records also carry `http_status`, the status
 line the client got (a stream's is 200 whatever ends it; 499, nginx's "client closed request", when
 the client left before any was sent), and `interrupted` (still in flight when the server stopped:
-`close`).
+`close`; from then on `closed` is set, and a request that arrives or is still arriving is refused or
+cut by the server, not left by its client: `record_unsubmitted(..., interrupted=True)`, answered 503
+where a response can still go out). A request that left without finishing carries `ended_s`, when it
+left (cancelled or cut off), where the time series end the place it held.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class LiveEngine:
         self._ids = itertools.count()
         self._live: dict[int, LiveJob] = {}
         self._closing = False  # inside close(): the records that end now were cut off by the stop
+        self.closed = False  # close() ran: the server is stopping, it takes nothing new
         # Where each record goes as it ends (harness-serve streams them to disk); when set, client ids
         # are not kept here but carried in the record (`client_id`).
         self.record_sink: Callable[[dict], None] | None = None
@@ -113,20 +117,25 @@ class LiveEngine:
             _resolve(live.wake)
 
     def record_unsubmitted(self, status: int, error: str, client_id: str | None = None, *,
-                           abandoned: bool = False) -> None:
-        """Record a request that never reached the deployment: answered with `status` (refused), or
-        `abandoned` by a client that hung up while sending it. Its id comes from the deployment's
-        sequence; input_tokens is 0 (not counted)."""
+                           abandoned: bool = False, interrupted: bool = False) -> None:
+        """Record a request that never reached the deployment: answered with `status` (refused),
+        `abandoned` by a client that hung up while sending it, or `interrupted`: refused or cut off by
+        the server because it is stopping (`closed`). Its id comes from the deployment's sequence;
+        input_tokens is 0 (not counted)."""
         dep = self.deployment
         now = self.clock.now()
-        if not abandoned:
+        refused = not abandoned and not interrupted
+        if refused:
             self.metrics.on_refused(status)
         if self.record_sink is not None:
             record = {"deployment": dep.name, "mode": getattr(dep, "mode", "live"), "request_id": next(self._ids),
                       "arrival_s": now, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "route": "",
                       "first_token_s": _NAN, "finish_s": _NAN, "ttft_s": _NAN, "tpot_s": _NAN, "e2e_s": _NAN,
                       "kv_bytes_sent": 0.0, "error": error,
-                      **self._outcome(status, refused=not abandoned, abandoned_s=now if abandoned else None)}
+                      **self._outcome(status, refused=refused, abandoned_s=now if abandoned else None,
+                                      interrupted=interrupted)}
+            if interrupted:
+                record["ended_s"] = now
             self.record_sink(record if client_id is None else {**record, "client_id": client_id})
 
     def abandon(self, live: LiveJob) -> bool:
@@ -141,12 +150,14 @@ class LiveEngine:
             self.deployment.cancel(live.job, CLIENT_LEFT)  # -> _on_record, at once
         return True
 
-    def _outcome(self, status: int, *, refused: bool = False, abandoned_s: float | None = None) -> dict:
+    def _outcome(self, status: int, *, refused: bool = False, abandoned_s: float | None = None,
+                 interrupted: bool = False) -> dict:
         """The serve columns: `interrupted` marks a request still in flight when the server stopped
-        (`close`), which the summary counts apart from failures, as a stopped run's."""
+        (`close`), or one it refused or cut off as it stopped, which the summary counts apart from
+        failures, as a stopped run's."""
         return {"http_status": status, "refused": refused, "abandoned": abandoned_s is not None,
                 "abandoned_s": _NAN if abandoned_s is None else abandoned_s,
-                "interrupted": self._closing and abandoned_s is None and not refused}
+                "interrupted": interrupted or (self._closing and abandoned_s is None and not refused)}
 
     def _on_record(self, record: dict) -> None:
         rid = record["request_id"]
@@ -161,6 +172,8 @@ class LiveEngine:
                 record = {**record, **self._outcome(400, refused=True)}
             else:  # what the handler answers: 200, or 503 for a failure without a stream
                 record = {**record, **self._outcome(200 if live.stream or record.get("error") is None else 503)}
+                if self._closing:  # cut off by the stop, now: where its time series intervals end
+                    record["ended_s"] = self.clock.now()
         self.metrics.on_record(record)
         if self.record_sink is not None:
             cid = self.client_ids.pop(rid, None)
@@ -246,7 +259,8 @@ class LiveEngine:
 
     def close(self, reason: str = "server shut down before the request completed") -> None:
         """Fail every request still in the deployment (each gets its record, marked `interrupted`, and
-        its handler wakes)."""
+        its handler wakes); from now on the server takes nothing new (`closed`)."""
+        self.closed = True
         self._closing = True
         try:
             self.deployment.close(reason)

@@ -4,7 +4,8 @@ The server keeps in memory only what `/metrics` needs: each request's record str
 `requests.parquet.parts/` as it ends (the deployment and the live engine keep none), so a server
 that runs for a week holds no more than one flush of records, and a kill keeps what it served. On
 SIGINT/SIGTERM it fails whatever is still in flight (`interrupted`), stops, and writes the run
-directory (requests/timeseries/summary .parquet, summary.json) from the parts.
+directory (requests/timeseries/summary .parquet, summary.json) from the parts: a server stopped before
+any generation request came in writes them too (no rows, `n_requests` 0) and prints `served 0 requests`.
 
 Every generation request it received has its row: refused ones (answered with an error status
 before reaching the deployment) and abandoned ones (the client hung up first) too, marked in the
@@ -16,6 +17,7 @@ columns `refused`, `abandoned` and `http_status` (harness/live/engine.py). The s
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +42,7 @@ async def serve(cfg: DictConfig, run_dir: Path, *, stop: asyncio.Event | None = 
     streams = streams_from(cfg, run_dir, "requests", on_error=lambda err: loop.call_soon_threadsafe(stop.set))
     stream = streams["requests"]
     server.built.deployment.keep_records = False
+    server.built.deployment.mode = "serve"  # each record's `mode`, as the summary's (not the live engine's "live")
 
     def sink(record: dict) -> None:  # runs inside the emulator's timers: it must not raise
         try:
@@ -70,8 +73,9 @@ async def serve(cfg: DictConfig, run_dir: Path, *, stop: asyncio.Event | None = 
             await asyncio.to_thread(stream.abort if stream.error is not None else stream.close)
     if stream.error is not None:
         raise stream.error
-    if stream.written:
-        await asyncio.to_thread(_write_served, cfg, server, run_dir, stream)
+    # Stopped before any generation request came in: the run directory is written all the same (no rows,
+    # n_requests 0, latencies NaN), so a job that probes the server and stops it still finds its files.
+    await asyncio.to_thread(_write_served, cfg, server, run_dir, stream)
 
 
 def _write_served(cfg: DictConfig, server, run_dir: Path, stream: RecordStream) -> None:
@@ -86,10 +90,14 @@ def _write_served(cfg: DictConfig, server, run_dir: Path, stream: RecordStream) 
             "n_prfaas": built.n_prfaas, "n_prefill": built.n_prefill, "n_decode": built.n_decode,
             "model": str(cfg.model.name), "time_scale": clock.time_scale, "server_events": clock.events_run,
             "server_lag_max_ms": clock.max_lag_s / clock.time_scale * 1e3, "plan": built.plan,
-            "refused_requests": _count(frame, "refused"), "abandoned_requests": _count(frame, "abandoned")}
+            "refused_requests": _count(frame, "refused"), "abandoned_requests": _count(frame, "abandoned"),
+            "burstiness": math.nan}  # its clients' pacing is theirs: unknown here (summary.json null)
     with writing_to(run_dir):
         summary = write_run(run_dir, frame, timeseries, meta, cfg.analysis)
     stream.discard_parts()
+    if frame.empty:
+        print(f"served 0 requests (none came in before the stop); records: {run_dir}", flush=True)
+        return
     print(f"served {len(frame)} requests: {summary['completed']} completed, {summary['failed']} failed "
           f"({meta['refused_requests']} refused), {meta['abandoned_requests']} abandoned by their clients, "
           f"{summary['interrupted_requests']} interrupted by the stop; records: {run_dir}", flush=True)

@@ -28,6 +28,7 @@ from harness.analysis.timeseries import bin_edges, build_timeseries, link_series
 from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.deploy.capacity import offer_saturation, saturation_meta
+from harness.loadgen.settings import burstiness
 from harness.runs.offer import make_offer
 from harness.runs.recording import (
     RecordStream,
@@ -40,6 +41,7 @@ from harness.workload.request import Request
 # A request cut off by stopping the run: its error (as a live run's), and the column that marks it. Only an
 # interrupted run has the column (a run that ends by itself writes the files it always did); parts written
 # before the stop lack it, later rows recorded without it hold nulls: False in the final file, as live's.
+# The same for `ended_s` (when a cut-off request left, for the time series): NaN in the other rows.
 INTERRUPTED_ERROR = "interrupted: the run was stopped"
 INTERRUPTED = "interrupted"
 
@@ -188,6 +190,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         "stopped_at_s": clock.now(),
         "rebalances": len(deployment.rebalancer.decisions) if deployment.rebalancer is not None else 0,
         "plan": built.plan,
+        "burstiness": burstiness(cfg),  # vLLM's key, from the workload's arrivals as in live and url runs
     }
     saturate, plan = offer.saturate, built.plan
     ts_args: dict[str, Any] = dict(deployment=deployment.name, bin_s=float(cfg.analysis.timeseries.bin_s),
@@ -210,7 +213,7 @@ def run_sim(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
         gc.collect()  # the deployment's instances and timers refer to one another
         assert stream.path is not None  # records are kept unless there is a run directory
         with writing_to(stream.path):
-            written = stream.write_sorted("request_id", fill={INTERRUPTED: False})
+            written = stream.write_sorted("request_id", fill={INTERRUPTED: False, "ended_s": math.nan})
         frame = ParquetColumns(stream.path) if written else \
             _interrupted_as_bool(stream.read().sort_values("request_id", ignore_index=True))
         timeseries = build_timeseries(frame, t_end=t_end, **ts_args, link_columns=link_columns)

@@ -58,6 +58,7 @@ def test_a_stopped_sim_run_records_its_requests_in_flight_as_interrupted(case, t
     cut = df[df["interrupted"]]
     assert len(cut) == (in_flight if in_flight is not None else len(cut)) and len(cut) > 0
     assert (cut["error"] == ERROR).all() and cut["finish_s"].isna().all()
+    assert (cut["ended_s"] == stop_s).all() and df.loc[~df["interrupted"], "ended_s"].isna().all()  # time series end
     assert df.loc[~df["interrupted"], "error"].isna().all()  # nothing else failed: the rest completed
     assert summary["interrupted_requests"] == len(cut)
     assert summary["failed"] == 0 and summary["completed"] == len(df) - len(cut)
@@ -73,6 +74,7 @@ def test_a_stopped_sim_run_in_memory_has_the_same_column(monkeypatch):
     df = result.requests
     assert result.meta["interrupted"] and df["interrupted"].dtype == bool and int(df["interrupted"].sum()) == 8
     assert (df.loc[df["interrupted"], "error"] == ERROR).all() and df.loc[~df["interrupted"], "error"].isna().all()
+    assert (df.loc[df["interrupted"], "ended_s"] == 100.0).all() and df.loc[~df["interrupted"], "ended_s"].isna().all()
 
 
 def test_a_run_that_ends_by_itself_has_no_interrupted_column(tmp_path):
@@ -80,4 +82,4 @@ def test_a_run_that_ends_by_itself_has_no_interrupted_column(tmp_path):
     summary = run_into(compose_cfg("workload.num_requests=60", "analysis.figures=false", f"out_dir={tmp_path}"),
                        tmp_path)
     assert not summary["interrupted"] and summary["interrupted_requests"] == 0 and summary["completed"] == 60
-    assert "interrupted" not in pd.read_parquet(tmp_path / "requests.parquet").columns
+    assert not {"interrupted", "ended_s"} & set(pd.read_parquet(tmp_path / "requests.parquet").columns)

@@ -75,6 +75,39 @@ def test_report_cli_no_figures_and_out_dir(sweep, tmp_path, capsys):
 
 
 
+def test_report_of_several_dirs_never_replaces_an_input_report(sweep, tmp_path, monkeypatch, capsys):
+    """`harness-report A B` used to write the combined table over A's own report.parquet: A's report
+    must still describe A alone; the combined one goes to a new folder in the current directory."""
+    other = Path(shutil.copytree(sweep, tmp_path / "other"))
+    assert report_cli([str(sweep), "--no-figures"]) == 0
+    own = (sweep / "report.parquet").read_bytes()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert report_cli([str(sweep), str(other), "--no-figures"]) == 0
+    assert (sweep / "report.parquet").read_bytes() == own
+    assert not (other / "report.parquet").exists()
+    made = sorted(cwd.glob("report_*"))
+    assert len(made) == 1 and len(pd.read_parquet(made[0] / "report.parquet")) == 18
+    assert f"report: {made[0].name}/report.parquet" in capsys.readouterr().out
+    assert report_cli([str(sweep), str(other), "--no-figures"]) == 0  # a second one: another new folder
+    assert len(sorted(cwd.glob("report_*"))) == 2
+
+
+def test_report_of_several_dirs_refuses_an_input_as_out(sweep, tmp_path, capsys):
+    other = Path(shutil.copytree(sweep, tmp_path / "other"))
+    run_dir = next(p.parent for p in sorted(other.rglob("summary.parquet")))
+    for out in (sweep, run_dir):
+        with pytest.raises(SystemExit) as exit_info:
+            report_cli([str(sweep), str(other), "--no-figures", "--out", str(out)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--out {out}" in err and "never replaces" in err
+    assert not (sweep / "report.parquet").exists() and not (run_dir / "report.parquet").exists()
+    assert report_cli([str(sweep), str(other), "--no-figures", "--out", str(tmp_path / "both")]) == 0
+    assert len(pd.read_parquet(tmp_path / "both" / "report.parquet")) == 18
+
+
 def test_report_moved_away_from_its_runs_still_rebuilds_without_the_cdf(sweep, tmp_path, capsys):
     report_cli([str(sweep), "--no-figures"])
     alone = tmp_path / "alone"

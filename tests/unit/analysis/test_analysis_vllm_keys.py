@@ -164,3 +164,45 @@ def test_peak_counts_need_no_array_as_long_as_the_span():
         tracemalloc.stop()
     assert (peak, active, concurrent) == (2.0, 1, 1)
     assert most < 10 * 2**20, most
+
+
+def sim_run() -> pd.DataFrame:
+    """A sim-like run (no chunk stamps). Request 0: first token at 0.5 s, 4 more spread over (0.5, 2.5] (2/s);
+    request 1: 3 tokens at once at 1.0 s; request 2 failed; request 3 alone, 1e9 s later (a span no bin
+    array can hold)."""
+    return requests_frame([
+        {"deployment": "prfaas_pd", "request_id": 0, "arrival_s": 0.0, "input_tokens": 10, "output_tokens": 5,
+         "first_token_s": 0.5, "finish_s": 2.5, "ttft_s": 0.5, "tpot_s": 0.5, "e2e_s": 2.5},
+        {"deployment": "prfaas_pd", "request_id": 1, "arrival_s": 0.2, "input_tokens": 10, "output_tokens": 3,
+         "first_token_s": 1.0, "finish_s": 1.0, "ttft_s": 0.8, "tpot_s": 0.0, "e2e_s": 0.8},
+        {"deployment": "prfaas_pd", "request_id": 2, "arrival_s": 0.3, "input_tokens": 10, "output_tokens": 0,
+         "error": "run ended before the request completed"},
+        {"deployment": "prfaas_pd", "request_id": 3, "arrival_s": 1e9, "input_tokens": 10, "output_tokens": 2,
+         "first_token_s": 1e9 + 0.5, "finish_s": 1e9 + 0.7, "ttft_s": 0.5, "tpot_s": 0.2, "e2e_s": 0.7},
+    ])
+
+
+def test_sim_summary_json_has_every_measurable_key_itl_null_and_a_peak_from_request_stamps():
+    """Sim and harness-serve runs have no chunk stamps: their summary.json still has every key vLLM writes
+    (ITL null), and max_output_tokens_per_s from the requests' own stamps: bin [1, 2) holds request 0's 2
+    tokens and request 1's 3."""
+    measurable, _ = _vllm_keys()
+    req = sim_run()
+    s = summarize(req, None, {"deployment": "prfaas_pd", "mode": "sim", "offered_rps": 1.0, "burstiness": 1.0},
+                  {"slo": {"ttft_s": 10.0, "tpot_s": 1.0}, "warmup_fraction": 0.0})
+    out = {**s, **vllm_names(s, req, (99.0,))}
+    missing = [k for k in measurable if k not in out]
+    assert not missing, missing
+    assert all(math.isnan(out[k]) for k in ("mean_itl_ms", "median_itl_ms", "std_itl_ms", "p99_itl_ms"))
+    assert out["max_output_tokens_per_s"] == pytest.approx(5.0)
+    assert out["burstiness"] == 1.0
+
+
+def test_peak_output_tokens_from_requests_counts_each_second_bin():
+    from harness.analysis.vllm_metrics import peak_output_tokens_from_requests
+
+    req = sim_run().iloc[[0, 2]]  # request 0 alone: 1 + 1 token in [0, 1), 2 in [1, 2), 1 in [2, 3)
+    assert peak_output_tokens_from_requests(req) == pytest.approx(2.0)
+    shifted = sim_run().iloc[[0]].assign(first_token_s=0.0, finish_s=4.0)  # 1 at 0, then 1/s over (0, 4]
+    assert peak_output_tokens_from_requests(shifted) == pytest.approx(2.0)
+    assert math.isnan(peak_output_tokens_from_requests(sim_run().iloc[[2]]))  # nothing completed

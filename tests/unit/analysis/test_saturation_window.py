@@ -108,3 +108,62 @@ def test_the_summary_names_the_route_that_set_the_rate_and_how_it_was_counted():
     assert meta["route"] == "prfaas" and meta["counted_in"] == "mean requests"
     assert meta["in_flight"] == 42 and meta["in_flight_source"].startswith("planner")
     assert meta["window_end_s"] > meta["window_start_s"]
+
+
+SATURATION_KEYS = {"in_flight", "in_flight_source", "util_pd_p", "util_prfaas", "util_pd_d", "route", "counted_in",
+                   "window_start_s", "window_end_s", "warning"}  # README "Saturation runs", without `saturation_`
+
+
+def _loop(n: int, in_flight: int, route: str | None = "local") -> pd.DataFrame:
+    """A closed loop of n requests, `in_flight` sent at t=0, each completion (1 s apart, FIFO) sending the
+    next: the loop is full until it runs out of requests, after the (n - in_flight)-th completion."""
+    finish = np.arange(1, n + 1, dtype=float)
+    arrival = np.concatenate([np.zeros(min(in_flight, n)), finish[: max(n - in_flight, 0)]])
+    df = pd.DataFrame({"request_id": np.arange(n), "arrival_s": arrival, "finish_s": finish, "error": None,
+                       "ttft_s": 0.5})
+    return df if route is None else df.assign(route=route)
+
+
+def _cfg(warmup: float = 0.2):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"loadgen": {"saturation_in_flight": None, "saturation_headroom": None},
+                             "analysis": {"warmup_fraction": warmup}})
+
+
+def test_too_few_requests_for_the_in_flight_count_is_no_window_and_says_so():
+    """200 requests at 176 in flight (contract26 finding 4): the loop runs out after 24 completions, before
+    the first 20% (40) have completed. The window was reported inverted (start 40 > end 24), the steady
+    rate fell back to an open-loop read, and the warning blamed too few in flight."""
+    from harness.deploy.capacity import saturation_meta
+
+    df = _loop(200, 176)
+    cap = closed_loop_capacity(df, 0.2)
+    assert cap.ran_out and np.isnan(cap.start_s) and np.isnan(cap.end_s)
+    assert np.isnan(m.steady_throughput_rps(df, 0.2, closed_loop=True))
+    ts = pd.DataFrame({"t_s": np.arange(200.0), "util_prefill_local": 0.5, "util_decode": 0.5})
+    plan = {"utilisation": {"pd_p": 1.0, "pd_d": 0.5}}
+    meta = saturation_meta(_cfg(), df, ts, plan, 176)
+    assert set(meta) == SATURATION_KEYS
+    assert np.isnan(meta["window_start_s"]) and np.isnan(meta["window_end_s"])
+    assert meta["route"] is None and meta["counted_in"] is None
+    warning = meta["warning"]
+    assert warning.startswith("too few requests: 200 at 176 in flight") and "workload.num_requests" in warning
+    assert "well above 221" in warning and "starved" not in warning
+
+
+def test_enough_requests_keep_the_window_and_a_single_route_names_itself():
+    """A single-route deployment (homogeneous_pd: every request `local`) used to get no saturation_route /
+    saturation_counted_in at all: the one route counts its completions."""
+    from harness.deploy.capacity import saturation_meta
+
+    df = _loop(400, 40)
+    cap = closed_loop_capacity(df, 0.2)
+    assert not cap.ran_out
+    assert m.steady_throughput_rps(df, 0.2, closed_loop=True) == pytest.approx(1.0, rel=0.01)
+    meta = saturation_meta(_cfg(), df, pd.DataFrame(), None, 40)
+    assert set(meta) == SATURATION_KEYS
+    assert (meta["route"], meta["counted_in"], meta["warning"]) == ("local", "completions", "")
+    assert meta["window_start_s"] == 81.0 and meta["window_end_s"] == 320.0  # completions 81 and 320 of 400
+    no_route = saturation_meta(_cfg(), _loop(400, 40, route=None), pd.DataFrame(), None, 40)
+    assert set(no_route) == SATURATION_KEYS and (no_route["route"], no_route["counted_in"]) == (None, "completions")

@@ -144,6 +144,33 @@ def test_a_batched_pass_goes_on_without_the_cancelled_request_and_ends_sooner(fa
     assert recs[1]["prefill_end_s"] == pytest.approx(0.9) and w.first_tokens[1] == 0
 
 
+def test_a_shortened_pass_brings_the_others_kv_and_first_token_forward(fake_profile):
+    """The pass above, with 1 MB of KV per prompt over an 80 Mbit/s (10 MB/s) RDMA link, streamed as the
+    pass computes it (the link keeps pace: the KV lands as the pass ends). Cancelling one member at
+    0.9 s ends the pass at 0.9 + 1.1 x 2/3; the other's KV is produced by then, so it lands then and
+    its first token comes then, not at 2.3 s as uncancelled."""
+    def deployment():
+        clock = VirtualClock()
+        profile = fake_profile(base_s=0.1, per_token_s=0.001, bs_max=8)
+        dep = Deployment(name="t", clock=clock, router=HomogeneousRouter(), local_profile=profile, n_prefill=1,
+                         n_decode=1, prfaas_profile=profile, n_prfaas=0, cross_link=None,
+                         rdma_link=Link(clock, 0.08), max_batch_tokens=4096)
+        w = Watch(clock, dep)
+        for rid, tokens in ((0, 100), (1, 1000), (2, 1000)):
+            w.submit_at(0.0, _request(rid, tokens))
+        return w
+
+    w, alone = deployment(), deployment()
+    w.cancel_at(0.9, 1)
+    recs, uncancelled = w.finish(), alone.finish()
+    end = 0.9 + 1.1 * 2 / 3
+    assert uncancelled[2]["kv_ready_s"] == pytest.approx(2.3)  # produced at 1 MB/2.1 s: the link keeps pace
+    assert recs[2]["prefill_end_s"] == pytest.approx(end)
+    # by 0.9 s a third of its 1 MB was produced and sent; the rest, produced by `end`, goes at < 1 MB/s
+    assert recs[2]["kv_ready_s"] == pytest.approx(end, abs=1e-9)
+    assert recs[2]["ttft_s"] == pytest.approx(end, abs=1e-9)
+
+
 def test_a_cancelled_transfer_gives_its_share_of_the_link_to_the_others(fake_profile):
     """Two 4 MB KV transfers from PrfaaS share a 1 MB/s link (8 s for both). At 2 s each has sent 1 MB
     (less what 0.1 s of prefill held back); cancelling one lets the other take the whole link."""
@@ -386,3 +413,46 @@ def test_aggregated_a_decoder_leaves_the_run_at_the_next_step_and_the_step_time_
     assert recs[2]["finish_s"] == pytest.approx(0.6 + 8 * 0.15)  # 2 steps by 0.6, 8 left; 2.2 s uncancelled
     _cancelled(recs[1])
     assert w.first_tokens[1] == 1
+
+
+@pytest.mark.parametrize("deployment", ["pd", "aggregated"])
+def test_a_prompt_cancelled_mid_prefill_leaves_its_prefix_computed_for_the_next_turn(fake_profile, deployment):
+    """One rule in both deployments (harness.deploy.cancel's note): a 1024-token prompt (two 512-token
+    blocks) cancelled at 0.3 s, a third into its 1 s prefill, leaves its blocks marked computed, so the
+    next turn extending it (arriving at 2 s, when nothing else runs) finds the 1024 tokens cached."""
+    profile = fake_profile(per_token_s=0.001, step_s=0.1, bs_max=1)
+    if deployment == "pd":
+        _, _, w = _pd(profile, prefix_cache=True, block_tokens=512)
+    else:
+        clock = VirtualClock()
+        w = Watch(clock, AggregatedDeployment(name="agg", clock=clock, profile=profile, instances=1, slots=1,
+                                              chunk_tokens=None, prefix_cache=True, block_tokens=512))
+    w.submit_at(0.0, Request(request_id=1, arrival_s=0.0, input_tokens=1024, output_tokens=2, hash_ids=(7, 8)))
+    w.submit_at(2.0, Request(request_id=2, arrival_s=2.0, input_tokens=1536, output_tokens=2, hash_ids=(7, 8, 9)))
+    w.cancel_at(0.3, 1)
+    recs = w.finish()
+    _cancelled(recs[1])
+    assert recs[2]["error"] is None and recs[2]["cached_tokens"] == 1024
+
+
+@pytest.mark.parametrize("deployment", ["pd", "aggregated"])
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_request_that_left_without_finishing_says_when(fake_profile, deployment, stopped):
+    """`ended_s`, where its time series intervals end: the cancel's time, or the stop's for one cut off
+    (`close(interrupted=True)`); a request that finished, or one left when a run ended by itself, has
+    no such key (a run without cancels or a stop writes the files it always did)."""
+    profile = fake_profile(per_token_s=0.001, step_s=0.1, bs_max=4)
+    clock, dep, w = _pd(profile) if deployment == "pd" else _agg(profile, slots=4)
+    w.submit_at(0.0, _request(1, 100, out=100))
+    w.submit_at(0.0, _request(2, 100, out=100))
+    w.submit_at(0.0, _request(3, 100, out=2))  # done well before 2 s
+    w.cancel_at(0.5, 1)
+    clock.run(until=2.0)
+    dep.close("stopped", interrupted=stopped)
+    recs = {r["request_id"]: r for r in w.records}
+    assert recs[1]["ended_s"] == pytest.approx(0.5) and math.isnan(recs[1]["finish_s"])
+    assert recs[3]["error"] is None and "ended_s" not in recs[3]
+    if stopped:
+        assert recs[2]["ended_s"] == pytest.approx(2.0) and recs[2]["interrupted"] is True
+    else:
+        assert recs[2]["error"] == "stopped" and "ended_s" not in recs[2]

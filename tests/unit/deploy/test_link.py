@@ -408,3 +408,35 @@ def test_a_bad_link_setting_is_named_by_its_own_key(compose_cfg, override, messa
     with pytest.raises(InputError) as err:
         build(compose_cfg([override, "workload.num_requests=5"]), VirtualClock())
     assert str(err.value) == message
+
+
+def test_reproduce_moves_the_production_end_and_the_flow_follows():
+    """10 MB produced over 10 s on an 80 Mbit/s (10 MB/s) link: the flow keeps pace with production.
+    At 4 s (4 MB produced and sent) production is to end at 5 s instead: the other 6 MB come in that
+    second, at 6 MB/s (under the link's 10), so the flow ends at 5 s, not 10 s, and never runs ahead
+    of what is produced."""
+    clock = VirtualClock()
+    link = Link(clock, 0.08)
+    done: list[float] = []
+    flow = link.transfer(10e6, lambda: done.append(clock.now()), produce_s=10.0)
+    seen: dict[str, float] = {}
+    clock.call_at(4.0, lambda: link.reproduce(flow, 5.0))
+    clock.call_at(4.5, lambda: seen.update(sent=flow.sent_bytes, backlog=link.backlog_bytes))
+    clock.run()
+    assert done == [approx(5.0)]
+    assert seen["sent"] == pytest.approx(7e6) and seen["backlog"] == pytest.approx(0.0, abs=1e-3)
+
+
+def test_reproduce_on_a_slow_link_leaves_the_catch_up_to_the_link():
+    """The same flow on an 8 Mbit/s (1 MB/s) link: moving the production end does not make the link
+    faster, the flow still ends when its 10 MB have crossed at 1 MB/s (10 s), with a backlog between."""
+    clock = VirtualClock()
+    link = Link(clock, 0.008)
+    done: list[float] = []
+    flow = link.transfer(10e6, lambda: done.append(clock.now()), produce_s=10.0)
+    seen: dict[str, float] = {}
+    clock.call_at(4.0, lambda: link.reproduce(flow, 5.0))
+    clock.call_at(5.0, lambda: seen.update(backlog=link.backlog_bytes))
+    clock.run()
+    assert done == [approx(10.0)]
+    assert seen["backlog"] == pytest.approx(5e6)  # all 10 MB produced, 5 MB sent

@@ -132,6 +132,8 @@ class StepEngine:
     while it slept), capped at max_tokens; the request ends (record set) once all tokens exist.
     """
 
+    closed = False  # LiveEngine's: the server is stopping
+
     def __init__(self, late=()):
         self.loop = asyncio.get_running_loop()
         self.metrics = ServerMetrics()
@@ -205,6 +207,31 @@ async def _sse_events(resp: aiohttp.ClientResponse) -> list:
                 payload = line[6:]
                 out.append(payload if payload == "[DONE]" else json.loads(payload))
     return out
+
+
+@contextlib.asynccontextmanager
+async def _fake_runner(shutdown_timeout: float):
+    """Yield (runner, engine): the real app over the fake deployment, set up and listening on
+    127.0.0.1:0, for a test that stops it itself (engine.close(), then runner.cleanup(), as LiveServer.stop)."""
+    loop = asyncio.get_running_loop()
+    clock = ScheduledLoopClock(loop, 1.0)
+    engine = LiveEngine(FakeDeployment(clock), clock, loop, block_tokens=4)
+    options = ServeOptions(served_model="fake-model", max_model_len=4096, max_body_bytes=64 * 1024)
+    runner = web.AppRunner(make_app(engine, options), access_log=None, shutdown_timeout=shutdown_timeout,
+                           handler_cancellation=HANDLER_CANCELLATION)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner, engine
+    finally:
+        engine.close()
+        await runner.cleanup()
+
+
+@pytest.fixture
+def fake_runner():
+    """`async with fake_runner(shutdown_timeout) as (runner, engine)`."""
+    return _fake_runner
 
 
 @pytest.fixture

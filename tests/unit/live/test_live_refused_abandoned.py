@@ -159,3 +159,52 @@ def test_requests_in_flight_when_the_server_stops_are_interrupted_not_abandoned(
     (rec,), status = run(body())
     assert status == 503 and rec["interrupted"] is True and rec["abandoned"] is False
     assert rec["error"] == "server shut down before the request completed" and rec["http_status"] == 503
+    assert rec["ended_s"] > 0  # cut off then: where its time series intervals end
+
+
+def test_a_request_arriving_after_the_server_began_to_stop_is_refused_503_and_interrupted(serve_fake):
+    """LiveServer.stop closes the engine, then aiohttp's cleanup still accepts and runs handlers for a
+    while: a request that arrives then is not submitted (the deployment is closed), it is answered 503
+    and recorded as interrupted by the stop, not as abandoned by its client nor as a refusal."""
+    async def body():
+        records = []
+        async with serve_fake() as (url, engine), aiohttp.ClientSession() as s:
+            engine.record_sink = records.append
+            engine.close()  # LiveServer.stop's first step; the server still listens
+            statuses = [await _post(s, url + "/v1/completions", {"prompt": "a", "max_tokens": 3, "stream": stream},
+                                    f"late{int(stream)}") for stream in (False, True)]
+        return records, statuses, engine
+
+    records, statuses, engine = run(body())
+    assert statuses == [503, 503] and len(records) == 2
+    for rec in records:
+        assert rec["interrupted"] is True and rec["abandoned"] is False and rec["refused"] is False
+        assert rec["http_status"] == 503 and rec["error"] == "server shutting down"
+        assert rec["ended_s"] == rec["arrival_s"]
+    assert engine.metrics.received == 0 and not engine.metrics.refused
+    assert engine.metrics.disconnects == 0 and engine.metrics.disconnects_mid_body == 0
+
+
+def test_a_request_still_arriving_when_the_server_stops_is_interrupted_not_a_disconnect(fake_runner):
+    """Its handler waits for the rest of the body when the server stops; aiohttp stops reading and, after
+    its grace, cancels the handler. The client did not leave: the record says interrupted, not
+    abandoned, and no client disconnect is counted."""
+    async def body():
+        records = []
+        async with fake_runner(0.2) as (runner, engine):
+            engine.record_sink = records.append
+            host, port = runner.addresses[0][:2]
+            _, writer = await asyncio.open_connection(host, port)
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"X-Request-Id: half\r\nContent-Length: 100000\r\n\r\n" + b'{"prompt": "a a a')
+            await writer.drain()
+            await _until(lambda: runner.server.requests_count == 1, "the handler started (reading the body)")
+            engine.close()
+            await runner.cleanup()  # LiveServer.stop's second step: the handler is cut off
+            writer.close()
+        return records, engine.metrics
+
+    (rec,), metrics = run(body())
+    assert rec["client_id"] == "half" and rec["interrupted"] is True and rec["abandoned"] is False
+    assert rec["refused"] is False and rec["http_status"] == 503 and "server shut down" in rec["error"]
+    assert metrics.disconnects_mid_body == 0 and metrics.disconnects == 0 and metrics.received == 0
