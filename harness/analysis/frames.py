@@ -115,7 +115,8 @@ REQUEST_EXTRA_DTYPES: dict[str, tuple[str, Any]] = {
     "itl_max_s": ("float64", None), "usage_reported": ("bool", False),
     "http_status": ("Int64", None),  # null: no HTTP status was received (the run stopped first)
     "refused": ("bool", False), "abandoned": ("bool", False),
-    "abandoned_s": ("float64", None), "response_id": ("string", None), "client_id": ("string", None),
+    "abandoned_s": ("float64", None), "ended_s": ("float64", None), "response_id": ("string", None),
+    "client_id": ("string", None),
     "ttft_wall_s": ("float64", None), "e2e_wall_s": ("float64", None),
     **{f"engine_{k}": ("float64", None) for k in ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms")},
     **{f"server_{k}": ("float64", None) for k in ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s",

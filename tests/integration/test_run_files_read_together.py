@@ -95,6 +95,8 @@ def test_report_of_every_mode_has_the_summaries_dtypes(runs, tmp_path):
         assert str(report[column].dtype) == "boolean", column
     for column in ("n_prfaas", "n_decode", "seed", "n_requests"):
         assert str(report[column].dtype) == "Int64", column
+    serve = report[report["mode"] == "serve"]
+    assert serve["interrupted"].tolist() == [False]  # its stop cut nothing off (it had no value: null)
     summary = pd.read_parquet(runs / "sim_prfaas" / "summary.parquet")
     shared = [c for c in summary.columns if c in report.columns]
     assert {c: (str(summary[c].dtype), str(report[c].dtype)) for c in shared
