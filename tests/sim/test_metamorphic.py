@@ -65,44 +65,50 @@ def assert_well_formed(df: pd.DataFrame, n_sent: int) -> None:
 
 # -- time-scale invariance ---------------------------------------------------------------------------------
 
-def _slowed(cfg: DictConfig, k: float, *, rate_keys: tuple[str, ...] = ("loadgen.rate_rps",),
-            time_keys: tuple[str, ...] = ()) -> DictConfig:
-    """Every speed of the deployment divided by k and every time input multiplied by k.
+# Every input with a unit of time in it, per deployment kind: speeds (divided by k) and times (multiplied).
+# Prefill curves are scaled with `prefill.scale` (a factor on T(l)); the SLO is tokens/s (it sizes bs_max
+# against the step). Sizes (tokens, bytes) stay. `None` reads as the schema's default (1.0 for a scale).
+PD_SPEEDS = ("planner.slo_tokens_per_s", "link.capacity_gbps", "link.per_connection_gbps",
+             "deployment.local.rdma_gbps", "loadgen.rate_rps")
+PD_TIMES = ("model.profiles.h20.prefill.scale", "model.profiles.h200.prefill.scale",
+            "model.profiles.h20.decode.step_s", "link.rtt_ms",
+            *(f"model.decode_variants.linear.h20.{key}" for key in ("base_s", "per_seq_s", "per_token_s")))
+AGG_SPEEDS = ("planner.slo_tokens_per_s", "loadgen.rate_rps")
+AGG_TIMES = ("model.profiles.cpu_local.prefill.scale", "deployment.wake_s", "deployment.wake_after_s",
+             "deployment.cache_save_token_s",
+             *(f"model.profiles.cpu_local.decode.{key}" for key in ("base_s", "per_seq_s", "per_token_s")))
+SESSIONS = {"speeds": ("workload.session_arrivals.rate_rps",), "times": ("workload.think_time_s.median_s",)}
 
-    Speeds: prefill (`prefill.scale`, both clusters), decode step (constant and linear variant), the SLO
-    (tokens/s: it sizes bs_max against the step), link and RDMA bandwidth. Times: RTT, and the workload's
-    arrival rates (`rate_keys`, divided) and durations (`time_keys`, multiplied). Sizes (tokens, bytes)
-    stay. Nothing else in the model has a unit of time, so every timestamp must scale by exactly k.
-    """
-    sel = OmegaConf.select
-    updates: dict[str, float] = {
-        "model.profiles.h20.prefill.scale": k * float(sel(cfg, "model.profiles.h20.prefill.scale") or 1.0),
-        "model.profiles.h200.prefill.scale": k * float(sel(cfg, "model.profiles.h200.prefill.scale") or 1.0),
-        "model.profiles.h20.decode.step_s": k * float(cfg.model.profiles.h20.decode.step_s),
-        "planner.slo_tokens_per_s": float(cfg.planner.slo_tokens_per_s) / k,
-        "link.capacity_gbps": float(cfg.link.capacity_gbps) / k,
-        "link.per_connection_gbps": float(cfg.link.per_connection_gbps) / k,
-        "link.rtt_ms": float(cfg.link.rtt_ms) * k,
-        "deployment.local.rdma_gbps": float(cfg.deployment.local.rdma_gbps) / k,
-    }
-    for key in ("base_s", "per_seq_s", "per_token_s"):
-        updates[f"model.decode_variants.linear.h20.{key}"] = k * float(cfg.model.decode_variants.linear.h20[key])
-    for key in rate_keys:
-        updates[key] = float(sel(cfg, key)) / k
-    for key in time_keys:
-        updates[key] = float(sel(cfg, key)) * k
+
+def _slowed(cfg: DictConfig, k: float, speeds: tuple[str, ...], times: tuple[str, ...]) -> DictConfig:
+    """Every speed divided by k and every time multiplied by k: every timestamp must scale by exactly k."""
+    def value(key: str) -> float | None:
+        v = OmegaConf.select(cfg, key)
+        return 1.0 if v is None and key.endswith(".scale") else v
+
+    updates = {key: value(key) / k for key in speeds if value(key) is not None}
+    updates.update({key: value(key) * k for key in times if value(key) is not None})
     return _with(cfg, **updates)
 
 
 TIME_SCALE_CASES = {
     # a thin link (8 Gbps, ~12 Gbps offered): flows share it and outlast their prefill; queues at 2 req/s
-    "prfaas_link_bound": (("deployment=prfaas_pd", "workload.num_requests=300", "loadgen.rate_rps=2.0",
-                           "link.capacity_gbps=8"), {}),
+    "prfaas_link_bound": (("deployment=prfaas_pd", "workload.num_requests=200", "loadgen.rate_rps=2.0",
+                           "link.capacity_gbps=8"), PD_SPEEDS, PD_TIMES),
     # prefix caches (sessions), token-budget prefill batches, the batch- and context-dependent decode step
     "prfaas_agentic_linear_batched": (
-        ("deployment=prfaas_pd", "workload=agentic", "workload.num_requests=300", "model.decode_variant=linear",
+        ("deployment=prfaas_pd", "workload=agentic", "workload.num_requests=200", "model.decode_variant=linear",
          "deployment.prefill_max_batch_tokens=16384"),
-        {"rate_keys": ("workload.session_arrivals.rate_rps",), "time_keys": ("workload.think_time_s.median_s",)}),
+        PD_SPEEDS + SESSIONS["speeds"], PD_TIMES + SESSIONS["times"]),
+    # the aggregated engine model with every timed option on: wake-up, separate passes, slot layout, prompt
+    # cache saves, attention tiles, prompts beside decodes
+    "aggregated_engine_options": (
+        ("deployment=aggregated", "model=random_llama_35m", "workload=agentic", "workload.num_requests=200",
+         "workload.output_lengths.high=64", "workload.first_user_tokens.high=1024",
+         "workload.appended_tokens.high=512", "workload.system_prompt_tokens=300", "deployment.wake_s=0.05",
+         "deployment.separate_passes=true", "deployment.slot_layout=true", "deployment.cache_save_token_s=1e-5",
+         "deployment.tile_tokens=64", "deployment.tile_fill=0.5", "deployment.mixed_prompt_factor=1.2"),
+        AGG_SPEEDS + SESSIONS["speeds"], AGG_TIMES + SESSIONS["times"]),
 }
 
 
@@ -122,13 +128,15 @@ def runs():
 
 @pytest.mark.parametrize("case", list(TIME_SCALE_CASES))
 def test_halving_every_speed_and_rate_doubles_every_timestamp(case, runs):
-    overrides, keys = TIME_SCALE_CASES[case]
+    overrides, speeds, times = TIME_SCALE_CASES[case]
     cfg, base, _, base_meta = runs(case, lambda: compose_cfg(*overrides))
-    _, slow, _, slow_meta = runs(f"{case}/slowed", lambda: _slowed(cfg, 2.0, **keys))
+    _, slow, _, slow_meta = runs(f"{case}/slowed", lambda: _slowed(cfg, 2.0, speeds, times))
     assert_well_formed(base, int(cfg.workload.num_requests))
     for key in ("threshold_tokens", "n_prefill", "n_decode"):  # the planner sees the same problem
         assert slow_meta[key] == base_meta[key], key
-    assert slow_meta["plan"]["lambda_max_rps"] == pytest.approx(base_meta["plan"]["lambda_max_rps"] / 2, rel=1e-12)
+    if base_meta["plan"] is not None:
+        assert slow_meta["plan"]["lambda_max_rps"] == pytest.approx(base_meta["plan"]["lambda_max_rps"] / 2,
+                                                                    rel=1e-12)
     for col in SAME:
         pd.testing.assert_series_equal(slow[col], base[col], obj=col)
     for col in TIMES:  # powers of two scale floats exactly; 1e-9 leaves room for a reordered sum, no more
@@ -139,7 +147,9 @@ def test_halving_every_speed_and_rate_doubles_every_timestamp(case, runs):
     if case == "prfaas_link_bound":
         assert ((base["kv_ready_s"] - base["prefill_end_s"]) > 0.5).any()  # KV outlasting its prefill
     else:
-        assert (base["cached_tokens"] > 0).mean() > 0.5 and (base["route"] == "prfaas").any()
+        assert (base["cached_tokens"] > 0).mean() > 0.5
+    if case.startswith("prfaas"):
+        assert (base["route"] == "prfaas").any()
 
 
 # -- conservation ------------------------------------------------------------------------------------------
@@ -154,6 +164,18 @@ def test_the_link_carries_exactly_the_kv_the_prfaas_requests_sent(runs):
     # the link is the bottleneck somewhere, and never carries more than its capacity
     assert ts["egress_gbps"].max() == pytest.approx(cfg.link.capacity_gbps, rel=1e-9)
     assert (ts["egress_gbps"] <= ts["link_capacity_gbps"] * (1 + 1e-12)).all()
+
+
+@pytest.mark.parametrize("case", ["prfaas_link_bound", "prfaas_agentic_linear_batched"])
+def test_the_time_series_counts_every_arrival_completion_and_cache_hit_once(case, runs):
+    overrides = TIME_SCALE_CASES[case][0]
+    _, df, ts, _ = runs(case, lambda: compose_cfg(*overrides))
+    width = ts["bin_s"]
+    assert float((ts["arrivals_per_s"] * width).sum()) == pytest.approx(len(df), rel=1e-9)
+    assert float((ts["completions_per_s"] * width).sum()) == pytest.approx(df["error"].isna().sum(), rel=1e-9)
+    hits = float(df["cache_hit_tokens"].sum())
+    assert float((ts["cache_hit_tokens_per_s"] * width).sum()) == pytest.approx(hits, rel=1e-9)
+    assert (hits > 0) == (case != "prfaas_link_bound")
 
 
 # -- a faster link -----------------------------------------------------------------------------------------
@@ -225,6 +247,57 @@ def test_switching_the_prefix_cache_off_caches_nothing_and_speeds_nothing_up():
     assert off["ttft_s"].mean() > 1.5 * on["ttft_s"].mean()
 
 
+def test_a_bigger_prefix_pool_never_caches_less():
+    """LRU has the inclusion property: on one access sequence a bigger pool holds a superset of a smaller
+    one's blocks. Here the sequences differ only in timing (the KV in transfer holds pool blocks too), so
+    the run totals are compared, not each request: hits and reused tokens never fall, mean TTFT never rises."""
+    cfg = compose_cfg("deployment=homogeneous_pd", "workload=agentic", "workload.num_requests=200")
+    frames = [_run(_with(cfg, cache__capacity_tokens=cap))[0] for cap in (50_000, 200_000, 1_000_000, None)]
+    hits = [int(f["cache_hit_tokens"].sum()) for f in frames]
+    reused = [int(f["cached_tokens"].sum()) for f in frames]
+    ttft = [float(f["ttft_s"].mean()) for f in frames]
+    assert hits == sorted(hits) and reused == sorted(reused) and ttft == sorted(ttft, reverse=True), (hits, ttft)
+    assert reused[0] < reused[-1] / 10 and ttft[0] > 2 * ttft[-1]
+
+
+# -- the PrfaaS deployment at its limits is the other two --------------------------------------------------
+
+def test_prfaas_at_its_limits_is_homogeneous_or_naive_pd_request_by_request():
+    """A threshold no prompt exceeds routes everything locally: homogeneous PD with the same split. A threshold
+    of 0, or no local prefill instance, routes everything remotely: naive heterogeneous PD. Same timestamps,
+    instances and KV, request by request (agentic sessions: the prefix caches are in play)."""
+    common = ("workload=agentic", "workload.num_requests=200", "deployment.local.n_decode=5")
+    prfaas = compose_cfg("deployment=prfaas_pd", *common, "deployment.local.n_prefill=3")
+    homogeneous = _run(compose_cfg("deployment=homogeneous_pd", *common, "deployment.local.instances=8",
+                                   "deployment.local.n_prefill=3"))[0]
+    naive = _run(compose_cfg("deployment=naive_hetero", *common))[0]
+    cols = [*TIMES, "prefill_instance", "decode_instance", "cached_tokens", "kv_bytes_sent", "error"]
+    for variant, twin in (({"deployment.router.threshold_tokens": 10**9}, homogeneous),
+                          ({"deployment.router.threshold_tokens": 0}, naive),
+                          ({"deployment.local.n_prefill": 0}, naive)):
+        df = _run(_with(prfaas, **{k.replace(".", "__"): v for k, v in variant.items()}))[0]
+        assert_well_formed(df, 200)
+        pd.testing.assert_frame_equal(df[cols], twin[cols], rtol=1e-12, obj=str(variant))
+    assert (homogeneous["cached_tokens"] > 0).mean() > 0.5 and (naive["route"] == "prfaas").all()
+
+
+# -- prompt length -----------------------------------------------------------------------------------------
+
+def test_a_longer_prompt_alone_never_finishes_its_prefill_kv_or_first_token_sooner_on_its_route():
+    """One request at a time: each cost curve (H20 polynomial, H200 table with its extrapolation, S_kv, the
+    linear decode step) must rise with the prompt. Across the threshold the route (and hardware) changes."""
+    cfg = compose_cfg("deployment=prfaas_pd", "workload=fixed", "workload.num_requests=1",
+                      "model.decode_variant=linear", "deployment.local.n_prefill=3", "deployment.local.n_decode=5",
+                      "deployment.router.threshold_tokens=19456", "link.capacity_gbps=10")
+    rows = pd.concat([_run(_with(cfg, workload__input_tokens=n))[0]
+                      for n in (128, 1024, 8192, 19456, 19457, 32768, 131072, 200000)], ignore_index=True)
+    rows["prefill"] = rows["prefill_end_s"] - rows["prefill_start_s"]
+    assert rows["route"].tolist() == ["local"] * 4 + ["prfaas"] * 4
+    for _, route in rows.groupby("route"):
+        for col in ("prefill", "kv_ready_s", "ttft_s", "kv_bytes_sent", "tpot_s"):
+            assert route[col].is_monotonic_increasing and route[col].is_unique, (col, route[col].tolist())
+
+
 # -- one output token --------------------------------------------------------------------------------------
 
 def test_one_output_token_has_no_tpot_and_finishes_at_its_first_token():
@@ -243,16 +316,12 @@ def test_one_output_token_has_no_tpot_and_finishes_at_its_first_token():
 # -- every deployment kind, more workloads and faults: records well formed ---------------------------------
 
 WELL_FORMED = {
-    "homogeneous_pd": ("deployment=homogeneous_pd",),
-    "naive_hetero": ("deployment=naive_hetero",),
     "prfaas_dynamic+link_drop": ("deployment=prfaas_dynamic", "faults=link_drop",
                                  "faults.link_events=[{t_s: 5, capacity_gbps: 2}, {t_s: 15, capacity_gbps: 100}]"),
     "prfaas_pd+outage+rebalancer": ("deployment=prfaas_pd", "faults=prfaas_outage", "faults.prfaas_outages=[[4,12]]",
                                     "rebalancer.enabled=true", "rebalancer.period_s=5", "rebalancer.window_s=10",
                                     "rebalancer.min_samples=10", "rebalancer.switch_delay_s=2"),
     "mooncake_conversation": ("deployment=prfaas_pd", "workload=mooncake_conversation"),
-    "aggregated": ("deployment=aggregated", "model=random_llama_35m", "workload=fixed",
-                   "workload.input_tokens=700", "workload.output_tokens=16"),
 }
 
 

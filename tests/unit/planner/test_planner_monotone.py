@@ -140,3 +140,17 @@ def test_the_chosen_plan_beats_every_fixed_configuration(quick, link_gbps):
             for t in (0, 4096, 8192, 19456, 30000, 40960, 65536, 131072) for n_prefill in range(8)]
     assert max(lams) <= best["lambda_max_rps"] * (1 + REL)
     assert max(lams) > 0.9 * best["lambda_max_rps"]  # the fixed grid came near the best (it is not all zeros)
+
+
+def test_faster_prefill_on_either_cluster_or_a_laxer_slo_never_lowers_lambda(plan, lognormal):
+    """prefill.scale multiplies a cluster's T(l) (H20 local, H200 PrfaaS); with the batch- and context-
+    dependent decode step, a lower SLO (tokens/s) lets bs_max grow. Each only loosens a bound of Eq. 6.
+    (A 4,000-point length grid: the comparison needs no finer one.)"""
+    lengths = lognormal(n=4000)
+    for cluster in ("h20", "h200"):
+        slow, fast = (plan(updates={f"model.profiles.{cluster}.prefill.scale": s}, lengths=lengths)
+                      for s in (2.0, 0.5))
+        assert fast["lambda_max_rps"] > slow["lambda_max_rps"], cluster
+    strict, lax = (plan(updates={"model.decode_variant": "linear", "planner.slo_tokens_per_s": slo}, lengths=lengths)
+                   for slo in (60, 20))
+    assert lax["bs_max"] > strict["bs_max"] and lax["lambda_max_rps"] > strict["lambda_max_rps"]
