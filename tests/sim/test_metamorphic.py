@@ -3,15 +3,22 @@
 Each test runs the same seeded workload twice or more with one input changed and compares the runs
 request by request, so it checks a mechanism, not a number:
 - time-scale invariance: every speed divided by 2 and every time input (arrival gaps, decode step, RTT,
-  think time, SLO period) doubled doubles every timestamp of every request and changes nothing else;
+  think time, SLO period, the aggregated engine's wake-up and cache-save times) doubled doubles every
+  timestamp of every request and changes nothing else (PD deployments and the aggregated engine);
 - a faster cross-DC link leaves the prefills where they were, never delays a request's KV and delays its
   first token by less than one decode step (the step boundary it joins at; harness/deploy/decode.py);
 - one more decode instance never lowers the throughput of a saturated closed loop;
-- bytes are conserved: the link's egress series integrates to the KV the PrfaaS requests sent;
-- the prefix cache off: nothing cached, no prefill shorter, no more KV moved, TTFT higher on average;
+- conservation: the link's egress series integrates to the KV the PrfaaS requests sent; the arrival,
+  completion and cache-hit series to the records' counts;
+- the prefix cache off: nothing cached, no prefill shorter, no more KV moved, TTFT higher on average; a
+  bigger pool never caches less in total;
+- PrfaaS-PD at its limits (a threshold no prompt exceeds, a threshold of 0, no local prefill) is
+  homogeneous or naive PD, request by request;
+- alone, a longer prompt never finishes its prefill, KV or first token sooner on its route;
 - one output token: no TPOT (NaN); every request recorded exactly once with ordered timestamps, on every
   deployment kind and a spread of workloads and faults.
-Runs are small (tens to hundreds of requests, virtual time) and shared between tests where they can be.
+Runs are small (one to 300 requests, virtual time) and shared between tests where they can be. Each check
+was seen to fail with the mechanism broken on purpose in a scratch copy (the commit messages list how).
 """
 
 from __future__ import annotations
