@@ -90,6 +90,14 @@ def _values(df: Frame, column: str) -> np.ndarray:
     return df[column].to_numpy(dtype=float, na_value=np.nan)
 
 
+def _counts(df: Frame, column: str) -> np.ndarray:
+    """A token-count column: 0 where the frame has no such column (none counted), NaN where a row's
+    count is unknown (null)."""
+    if column not in df.columns:
+        return np.zeros(len(df))
+    return _values(df, column)
+
+
 def _finite(values: np.ndarray) -> np.ndarray:
     return values[np.isfinite(values)]
 
@@ -296,27 +304,43 @@ def offload_fraction(df: Frame) -> float:
 
 
 def cached_token_frac(df: Frame) -> float:
-    """Share of prompt tokens the prefills skipped: sum cached_tokens / sum input_tokens."""
-    total = np.nansum(_values(df, "input_tokens"))
-    return float(np.nansum(_values(df, "cached_tokens")) / total) if total > 0 else float("nan")
+    """Share of prompt tokens the prefills skipped: sum cached_tokens / sum input_tokens, over the rows
+    whose count is known (null: a url target that reported none for it); NaN when no row's is."""
+    return _known_share(df, "cached_tokens")
 
 
 def cache_hit_token_frac(df: Frame) -> float:
-    """Prefix-cache pool token hit rate (block-level KV matches); falls back to cached_tokens."""
-    column = "cache_hit_tokens" if "cache_hit_tokens" in df else "cached_tokens"
-    total = np.nansum(_values(df, "input_tokens"))
-    return float(np.nansum(_values(df, column)) / total) if total > 0 else float("nan")
+    """Prefix-cache pool token hit rate (block-level KV matches); falls back to cached_tokens. Over the
+    rows whose count is known; NaN when none is (url mode: a client cannot see the target's pool)."""
+    return _known_share(df, "cache_hit_tokens" if "cache_hit_tokens" in df else "cached_tokens")
+
+
+def _known_share(df: Frame, column: str) -> float:
+    counts = _counts(df, column)
+    known = ~np.isnan(counts)
+    total = np.nansum(_values(df, "input_tokens")[known])
+    return float(counts[known].sum() / total) if total > 0 else float("nan")
 
 
 def prefill_tokens_computed(df: Frame) -> float:
-    """Prompt tokens actually computed by prefills (input minus the skipped prefix)."""
-    return float(np.nansum(_values(df, "input_tokens")) - np.nansum(_values(df, "cached_tokens")))
+    """Prompt tokens actually computed by prefills (input minus the skipped prefix), over the rows whose
+    skipped prefix is known; NaN when none is."""
+    cached = _counts(df, "cached_tokens")
+    known = ~np.isnan(cached)
+    if len(cached) and not known.any():
+        return float("nan")
+    return float(np.nansum(_values(df, "input_tokens")[known]) - cached[known].sum())
 
 
 def kv_bytes_prfaas_total(df: Frame) -> float:
+    """KV bytes moved cross-DC: sum of kv_bytes_sent over route prfaas. NaN when the run knows neither
+    any request's route nor its KV bytes (url mode: the client sees no KV transfer)."""
     if "route" not in df.columns:
         return 0.0
-    remote = (df["route"].astype("string").fillna("") == "prfaas").to_numpy(dtype=bool)
+    route = df["route"].astype("string")
+    if len(df) and route.isna().all() and not np.isfinite(_values(df, "kv_bytes_sent")).any():
+        return float("nan")
+    remote = (route.fillna("") == "prfaas").to_numpy(dtype=bool)
     return float(np.nansum(_values(df, "kv_bytes_sent")[remote]))
 
 

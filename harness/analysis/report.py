@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis import runs as r
-from harness.analysis.frames import write_parquet
+from harness.analysis.frames import summary_frame, write_parquet
 from harness.analysis.report_figures import (
     PAPER_FILE,
     cdf_runs,
@@ -111,7 +111,7 @@ def write_report(dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathL
     run_dirs = [Path(d) for d in report["run_dir"].dropna()] if "run_dir" in report.columns else []
     out = report_dir(dirs, out_dir, run_dirs)
     out.mkdir(parents=True, exist_ok=True)
-    path = write_parquet(report, out / r.REPORT_FILE)
+    path = write_parquet(summary_frame(report), out / r.REPORT_FILE)  # the summaries' declared dtypes
     text = format_report(report, baseline)
     lines = [f"report: {path}"]
     if "incomplete" in report.columns:

@@ -154,7 +154,9 @@ def collect(roots: Iterable[str | os.PathLike[str]]) -> pd.DataFrame:
             summary = read_table(run_dir / SUMMARY_FILE)
             if len(summary) != 1:
                 raise InputError(f"{run_dir / SUMMARY_FILE}: expected one row, found {len(summary)}")
-            row = summary.iloc[0].to_dict()
+            # a value the run does not know is null in the file (Int64, boolean, string): None here, as a
+            # row computed in memory has it
+            row = {k: None if v is pd.NA else v for k, v in summary.iloc[0].to_dict().items()}
             row.setdefault("incomplete", False)
         for key, value in read_overrides(run_dir).items():
             row.setdefault(key, value)  # the measured summary wins over the requested value

@@ -25,7 +25,7 @@ import pandas as pd
 from harness.analysis import metrics as m
 from harness.analysis import vllm_metrics as vm
 from harness.analysis.columns import Frame, ParquetColumns
-from harness.analysis.frames import requests_frame, timeseries_frame, write_parquet
+from harness.analysis.frames import requests_frame, summary_frame, timeseries_frame, write_parquet
 from harness.analysis.schema import AnalysisConfig
 
 # Keys every summary carries first, in this order (design.md's run-directory contract).
@@ -253,7 +253,7 @@ def write_run(run_dir: str | os.PathLike[str],
     if not requests_written:
         write_parquet(req, run_dir / "requests.parquet")
     write_parquet(ts, run_dir / "timeseries.parquet")
-    write_parquet(pd.DataFrame([summary]), run_dir / "summary.parquet")
+    write_parquet(summary_frame([summary]), run_dir / "summary.parquet")  # one dtype per key, any mode
     write_json({**summary, **vllm}, run_dir / "summary.json")
     if bool(cfg_value(analysis_cfg, "figures")):
         from harness.analysis.plots import (

@@ -50,7 +50,8 @@ _NAN = math.nan
 class LiveJob:
     """One HTTP request inside the deployment. `record` is set once, when the request ends."""
 
-    __slots__ = ("request", "job", "client_id", "first_token", "done", "record", "wake", "stream", "abandoned_s")
+    __slots__ = ("request", "job", "client_id", "first_token", "done", "record", "wake", "stream", "abandoned_s",
+                 "abandoned_tokens")
 
     def __init__(self, request: Request, loop: asyncio.AbstractEventLoop, client_id: str | None,
                  stream: bool = False) -> None:
@@ -63,6 +64,7 @@ class LiveJob:
         self.wake: asyncio.Future[None] | None = None
         self.stream = stream  # SSE: the 200 status line goes out before the first token
         self.abandoned_s: float | None = None  # when its client hung up (emulated clock), if it did
+        self.abandoned_tokens = 0  # output tokens decoded by then (its record's output_tokens)
 
     @property
     def error(self) -> str | None:
@@ -143,6 +145,7 @@ class LiveEngine:
         if live.record is not None or live.abandoned_s is not None:
             return False
         live.abandoned_s = self.clock.now()
+        live.abandoned_tokens = self.tokens_done(live)
         if live.job is not None:
             self.deployment.cancel(live.job, CLIENT_LEFT)  # -> _on_record, at once
         return True
@@ -162,7 +165,7 @@ class LiveEngine:
         if live is not None:
             if live.abandoned_s is not None:  # the client is gone: not a completion nor a server failure
                 status = 200 if live.stream else CLIENT_CLOSED_STATUS
-                record = {**record, "error": CLIENT_LEFT, "output_tokens": 0,
+                record = {**record, "error": CLIENT_LEFT, "output_tokens": live.abandoned_tokens,
                           **self._outcome(status, abandoned_s=live.abandoned_s)}
             elif live.job is None:  # refused on arrival, inside deployment.submit: answered 400
                 self.metrics.on_refused(400)

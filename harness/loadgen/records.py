@@ -56,7 +56,9 @@ class RequestRecord:
 
         sent, first, last = t(self.sent_ns), t(self.first_token_ns), t(self.last_token_ns)
         ok = self.completed
-        n_out = self.output_tokens if ok else 0
+        # Not completed: the tokens it was seen to deliver, one per token-bearing chunk (a lower bound
+        # when a chunk carries several), 0 when none came.
+        n_out = self.output_tokens if ok else len(self.chunk_ns)
         if not ok:
             first, last = (first if self.first_token_ns is not None else _NAN), _NAN
         itl = [(b - a) / 1e9 * time_scale for a, b in zip(self.chunk_ns, self.chunk_ns[1:], strict=False)]
@@ -69,7 +71,9 @@ class RequestRecord:
             "session_id": self.session_id,
             "arrival_s": sent,  # when the target got it: latencies count from here, as in sim mode
             "input_tokens": self.input_tokens,
-            "cached_tokens": self.cached_tokens if self.cached_tokens is not None else 0,
+            "cached_tokens": self.cached_tokens,  # None (null) when the usage did not say
+            "cache_hit_tokens": None,  # the target's prefix pool and cross-cluster fetches are not
+            "fetched_tokens": None,  # visible to a client: unknown (null), not 0
             "output_tokens": n_out,
             "first_token_s": first,
             "finish_s": last,
@@ -85,7 +89,7 @@ class RequestRecord:
             "n_chunks": len(self.chunk_ns),
             "itl_max_s": max(itl) if itl else _NAN,
             "usage_reported": self.usage_reported,
-            "http_status": self.http_status if self.http_status is not None else 0,
+            "http_status": self.http_status,  # null: no status received (the run stopped first)
             "interrupted": self.interrupted,
             "response_id": self.response_id,
             "ttft_wall_s": (first - sent) / time_scale,

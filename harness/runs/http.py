@@ -219,15 +219,16 @@ def _join_server_records(rows: list[dict], server_records: list[dict], client_id
             by_client[cid] = rec
     for row in rows:
         served = by_client.get(str(row["request_id"]))
-        if served is None:  # refused before it reached the deployment (e.g. a 400)
-            row.setdefault("route", "")
+        if served is None:  # refused before it reached the deployment (e.g. a 400): never routed
+            # (route null), and no prefix was hit or fetched for it
+            row.update(cache_hit_tokens=0, fetched_tokens=0, cached_tokens=row.get("cached_tokens") or 0)
             continue
         for key, value in served.items():
             if key.endswith("_s") and key not in _SERVER_DURATIONS and isinstance(value, float):
                 value -= shift_s  # a time on the emulator's clock
             if key in _SERVER_DURATIONS or key in _SERVER_OWN_VIEW:
                 row[f"server_{key}"] = value
-            elif key not in row or (key == "cached_tokens" and not row.get("usage_reported")):
+            elif key not in row or row[key] is None or (key == "cached_tokens" and not row.get("usage_reported")):
                 row[key] = value
     return rows
 

@@ -91,6 +91,7 @@ def _write_served(cfg: DictConfig, server, run_dir: Path, stream: RecordStream) 
             "model": str(cfg.model.name), "time_scale": clock.time_scale, "server_events": clock.events_run,
             "server_lag_max_ms": clock.max_lag_s / clock.time_scale * 1e3, "plan": built.plan,
             "refused_requests": _count(frame, "refused"), "abandoned_requests": _count(frame, "abandoned"),
+            "interrupted": _count(frame, "interrupted") > 0,  # the stop cut requests off (a bool, as other modes')
             "burstiness": math.nan}  # its clients' pacing is theirs: unknown here (summary.json null)
     with writing_to(run_dir):
         summary = write_run(run_dir, frame, timeseries, meta, cfg.analysis)

@@ -98,7 +98,8 @@ def test_a_stream_abandoned_after_its_first_chunk_is_recorded_as_abandoned(serve
     records, status, metrics, t_chunk = run(body())
     gone, after = records
     assert gone["client_id"] == "gone" and gone["abandoned"] is True and gone["error"] == CLIENT_LEFT
-    assert gone["http_status"] == 200 and gone["refused"] is False and gone["output_tokens"] == 0
+    assert gone["http_status"] == 200 and gone["refused"] is False
+    assert 1 <= gone["output_tokens"] < 30  # decoded up to the hang-up: the chunk read at least, not all asked
     assert gone["abandoned_s"] >= t_chunk  # when it left, on the emulated clock
     assert math.isnan(gone["e2e_s"])  # cancelled when its client left: it never finished
     assert after["error"] is None and after["abandoned"] is False and status == 200
@@ -119,7 +120,7 @@ def test_a_client_leaving_a_non_streaming_request_is_noticed_and_recorded(serve_
         return records, t_sent
 
     (rec,), t_sent = run(body())
-    assert rec["abandoned"] is True and rec["error"] == CLIENT_LEFT and rec["output_tokens"] == 0
+    assert rec["abandoned"] is True and rec["error"] == CLIENT_LEFT and rec["output_tokens"] < 30  # decoded by then
     assert rec["http_status"] == 499  # no status line was sent: nginx's "client closed request"
     assert rec["abandoned_s"] >= t_sent and rec["client_id"] == "gone"
 

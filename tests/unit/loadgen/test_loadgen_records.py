@@ -35,9 +35,28 @@ def test_completed_row(scale):
 
 
 def test_failed_row_has_no_finish_and_no_output():
-    row = done_record(error="HTTP 500: boom", last_token_ns=None).to_row(1000 * MS, 1.0, "d", "url")
+    row = done_record(error="HTTP 500: boom", last_token_ns=None, chunk_ns=[]).to_row(1000 * MS, 1.0, "d", "url")
     assert row["output_tokens"] == 0 and math.isnan(row["finish_s"]) and math.isnan(row["e2e_s"])
     assert row["error"] == "HTTP 500: boom"
+
+
+def test_a_request_cut_off_after_streaming_counts_the_tokens_it_delivered():
+    """Stopped (or failed) after 3 token-bearing chunks of the 5 tokens asked for: output_tokens is what
+    was seen delivered (3), not the 5 requested nor 0; still no finish, no TPOT."""
+    rec = done_record(error="interrupted: the run was stopped", last_token_ns=None)
+    rec.interrupted = True
+    row = rec.to_row(1000 * MS, 1.0, "d", "url")
+    assert (row["output_tokens"], row["n_chunks"]) == (3, 3)
+    assert math.isnan(row["finish_s"]) and math.isnan(row["tpot_s"]) and row["first_token_s"] > 0
+
+
+def test_what_a_client_cannot_know_is_null_not_zero():
+    """The target's prefix pool, its cross-cluster fetches, and a status never received: None (null in
+    requests.parquet), where the url rows used to say 0."""
+    rec = done_record(error="interrupted: the run was stopped", last_token_ns=None)
+    row = rec.to_row(1000 * MS, 1.0, "d", "url")
+    assert row["cache_hit_tokens"] is None and row["fetched_tokens"] is None and row["http_status"] is None
+    assert done_record(http_status=200).to_row(1000 * MS, 1.0, "d", "url")["http_status"] == 200
 
 
 def test_chunk_rows():
