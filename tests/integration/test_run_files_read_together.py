@@ -5,52 +5,67 @@ failed (`threshold_tokens` typed null), requests.parquet of a clean live run had
 null, serve wrote `workload`/`seed` as float NaN, url its instance counts as floats; report.parquet's
 dtypes depended on the runs in it. Here every file kind of the five runs unifies under Arrow's
 default promotion (any type conflict fails it), reads in every order, and has one pandas dtype per
-column; url mode's unknowns are null (finding 7).
+column; url mode's unknowns are null (finding 7). The sim and live runs' summary.json have the same
+documented keys (finding 6).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import math
-import re
-import signal
-import subprocess
-import sys
+import time
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from harness.runs.serve import serve
+
 from .cli import ROOT
 from .cli import python as _python
+
+KEYS_FILE = ROOT / "tests" / "data" / "vllm_bench_serve_keys.txt"
 
 SMALL = ["workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=16", "workload.num_requests=12",
          "loadgen.rate_rps=10", "loadgen.progress=false", "analysis.figures=false"]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, compose_cfg):
     root = tmp_path_factory.mktemp("modes")
     for name, args in (("sim_homogeneous", ["deployment=homogeneous_pd"]), ("sim_prfaas", ["deployment=prfaas_pd"]),
                        ("live", ["mode=live", "server.time_scale=20"])):
         done = _python("-m", "harness", *args, *SMALL, f"hydra.run.dir={root / name}")
         assert done.returncode == 0, done.stderr[-2000:]
-    server = subprocess.Popen([sys.executable, "-m", "harness.serve", "server.port=0", "server.time_scale=20", *SMALL,
-                               f"hydra.run.dir={root / 'serve'}"], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        line = server.stdout.readline()
-        match = re.fullmatch(r"listening on (http://127\.0\.0\.1:\d+)\n", line)
-        assert match, line + (server.stderr.read() if server.poll() is not None else "")
-        done = _python("-m", "harness", "mode=url", f"target.url={match.group(1)}", *SMALL,
-                       f"hydra.run.dir={root / 'url'}")
-        assert done.returncode == 0, done.stderr[-2000:]
-    finally:
-        server.send_signal(signal.SIGINT)
-        _, err = server.communicate(timeout=60)
-    assert server.returncode == 0, err[-2000:]
+    _serve_and_drive_url(compose_cfg, root)
     return root
+
+
+def _serve_and_drive_url(compose_cfg, root) -> None:
+    """harness-serve in this process (`serve`, as the command runs it; SIGINT is `stop`), and a url run
+    (`python -m harness mode=url`, forked from the test zygote) against it."""
+    cfg = compose_cfg(["server.port=0", "server.time_scale=20", *SMALL])
+
+    async def main() -> None:
+        stop, box = asyncio.Event(), {}
+        task = asyncio.create_task(serve(cfg, root / "serve", stop=stop, on_listening=lambda s: box.setdefault("s", s)))
+        deadline = time.monotonic() + 60
+        while "s" not in box:
+            assert not task.done(), task.exception()
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        try:
+            done = await asyncio.to_thread(_python, "-m", "harness", "mode=url", f"target.url={box['s'].url}", *SMALL,
+                                           f"hydra.run.dir={root / 'url'}")
+            assert done.returncode == 0, done.stderr[-2000:]
+        finally:
+            stop.set()
+            await task
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("kind", ["requests", "summary"])  # timeseries.parquet agreed already
@@ -101,3 +116,29 @@ def test_report_of_every_mode_has_the_summaries_dtypes(runs, tmp_path):
     shared = [c for c in summary.columns if c in report.columns]
     assert {c: (str(summary[c].dtype), str(report[c].dtype)) for c in shared
             if str(summary[c].dtype) != str(report[c].dtype)} == {}
+
+
+def _measurable() -> list[str]:
+    keys = []
+    for line in KEYS_FILE.read_text().splitlines():
+        key, _, comment = line.partition("#")
+        if key.strip() and "not measured" not in comment:
+            keys.append(key.strip())
+    return keys
+
+
+def test_sim_and_live_summary_json_have_the_same_documented_keys(runs):
+    """`max_output_tokens_per_s` and the `*_itl_ms` keys in both (ITL null in sim: no chunk stamps), and
+    the same `burstiness` (1.0: the workload's Poisson arrivals) in both."""
+    out = {mode: json.loads((runs / name / "summary.json").read_text())
+           for mode, name in (("sim", "sim_homogeneous"), ("live", "live"))}
+    measurable = _measurable()
+    for mode, summary in out.items():
+        missing = [k for k in measurable if k not in summary]
+        assert not missing, (mode, missing)
+        assert summary["burstiness"] == 1.0, mode
+        assert summary["max_output_tokens_per_s"] > 0, mode
+    assert out["sim"]["mean_itl_ms"] is None and out["live"]["mean_itl_ms"] > 0
+    vllm_keys = {k for k in out["live"] if k in measurable or (k.endswith("_itl_ms") and not k.startswith("vllm_"))}
+    assert vllm_keys <= set(out["sim"])
+    assert not math.isnan(out["sim"]["max_concurrent_requests"])
