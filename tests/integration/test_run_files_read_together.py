@@ -15,17 +15,15 @@ import asyncio
 import itertools
 import json
 import math
-import time
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from harness.runs.serve import serve
-
 from .cli import ROOT
 from .cli import python as _python
+from .serving import serving
 
 KEYS_FILE = ROOT / "tests" / "data" / "vllm_bench_serve_keys.txt"
 
@@ -50,20 +48,10 @@ def _serve_and_drive_url(compose_cfg, root) -> None:
     cfg = compose_cfg(["server.port=0", "server.time_scale=20", *SMALL])
 
     async def main() -> None:
-        stop, box = asyncio.Event(), {}
-        task = asyncio.create_task(serve(cfg, root / "serve", stop=stop, on_listening=lambda s: box.setdefault("s", s)))
-        deadline = time.monotonic() + 60
-        while "s" not in box:
-            assert not task.done(), task.exception()
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
-        try:
-            done = await asyncio.to_thread(_python, "-m", "harness", "mode=url", f"target.url={box['s'].url}", *SMALL,
+        async with serving(cfg, root / "serve") as server:
+            done = await asyncio.to_thread(_python, "-m", "harness", "mode=url", f"target.url={server.url}", *SMALL,
                                            f"hydra.run.dir={root / 'url'}")
             assert done.returncode == 0, done.stderr[-2000:]
-        finally:
-            stop.set()
-            await task
 
     asyncio.run(main())
 

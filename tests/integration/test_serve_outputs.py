@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import aiohttp
 import pandas as pd
@@ -14,18 +13,13 @@ import pandas as pd
 from harness.analysis import report as rep
 from harness.runs.serve import serve
 
+from .serving import serving
+
 
 def _serve(cfg, run_dir, n_requests: int) -> None:
     async def main():
-        stop, box = asyncio.Event(), {}
-        task = asyncio.create_task(serve(cfg, run_dir, stop=stop, on_listening=lambda s: box.setdefault("s", s)))
-        end = time.monotonic() + 60
-        while "s" not in box:
-            assert not task.done(), task.exception()
-            assert time.monotonic() < end
-            await asyncio.sleep(0.01)
-        url = box["s"].url
-        async with aiohttp.ClientSession() as session:
+        async with serving(cfg, run_dir) as server, aiohttp.ClientSession() as session:
+            url = server.url
             async with session.get(url + "/health") as resp:  # a probe: not a generation request
                 assert resp.status == 200
             for _ in range(n_requests):
@@ -35,8 +29,6 @@ def _serve(cfg, run_dir, n_requests: int) -> None:
             bad = {"model": "no-such-model", "prompt": [1, 2], "max_tokens": 2}  # refused: a row too
             async with session.post(url + "/v1/completions", json=bad) as resp:
                 assert resp.status >= 400
-        stop.set()
-        await task
 
     asyncio.run(main())
 

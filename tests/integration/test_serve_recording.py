@@ -9,7 +9,7 @@ import time
 import aiohttp
 import pandas as pd
 
-from harness.runs.serve import serve
+from .serving import serving
 
 
 def test_served_records_go_to_disk_not_to_memory(compose_cfg, tmp_path, capsys):
@@ -17,27 +17,19 @@ def test_served_records_go_to_disk_not_to_memory(compose_cfg, tmp_path, capsys):
     run_dir = tmp_path / "serve"
 
     async def main():
-        stop, box = asyncio.Event(), {}
-        task = asyncio.create_task(serve(cfg, run_dir, stop=stop, on_listening=lambda s: box.setdefault("s", s)))
         end = time.monotonic() + 60
-        while "s" not in box:
-            assert not task.done(), task.exception()
-            assert time.monotonic() < end
-            await asyncio.sleep(0.01)
-        server = box["s"]
-        async with aiohttp.ClientSession() as session:
-            for i in range(5):
-                body = {"model": str(cfg.model.name), "prompt": [11, 12, 13, 14], "max_tokens": 4}
-                async with session.post(server.url + "/v1/completions", json=body,
-                                        headers={"X-Request-Id": f"c{i}"}) as resp:
-                    assert resp.status == 200, await resp.text()
-        kept = (list(server.built.deployment.records), dict(server.engine.client_ids))
-        parts = run_dir / "requests.parquet.parts"
-        while len(list(parts.glob("part-*.parquet"))) == 0:  # the interval flush, before any stop
-            assert time.monotonic() < end
-            await asyncio.sleep(0.02)
-        stop.set()
-        await task
+        async with serving(cfg, run_dir) as server:
+            async with aiohttp.ClientSession() as session:
+                for i in range(5):
+                    body = {"model": str(cfg.model.name), "prompt": [11, 12, 13, 14], "max_tokens": 4}
+                    async with session.post(server.url + "/v1/completions", json=body,
+                                            headers={"X-Request-Id": f"c{i}"}) as resp:
+                        assert resp.status == 200, await resp.text()
+            kept = (list(server.built.deployment.records), dict(server.engine.client_ids))
+            parts = run_dir / "requests.parquet.parts"
+            while len(list(parts.glob("part-*.parquet"))) == 0:  # the interval flush, before any stop
+                assert time.monotonic() < end
+                await asyncio.sleep(0.02)
         return kept
 
     records, client_ids = asyncio.run(main())

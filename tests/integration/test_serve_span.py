@@ -11,10 +11,9 @@ import time
 import pandas as pd
 import pytest
 
-from harness.runs.serve import serve
-
 from .cli import SMALL
 from .cli import python as _python
+from .serving import serving
 
 # Every request (4096 tokens) over the threshold: prefilled on PrfaaS, its KV across the link.
 # 0.1 s bins: the span (~4 s of emulated time) is ~40 bins, so its edges move the mean a few percent.
@@ -34,23 +33,12 @@ def test_serve_summary_is_over_the_run_span_not_the_uptime(compose_cfg, tmp_path
             await asyncio.sleep(0.05)
 
     async def main() -> None:
-        stop, box = asyncio.Event(), {}
-        task = asyncio.create_task(serve(cfg, run_dir, stop=stop, on_listening=lambda s: box.setdefault("s", s)))
-        deadline = time.monotonic() + 60
-        while "s" not in box:
-            assert not task.done(), task.exception()
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
-        server = box["s"]
-        try:
+        async with serving(cfg, run_dir) as server:
             await idle(server, IDLE_S)
             load = await asyncio.to_thread(_python, "-m", "harness.load", f"target.url={server.url}", *SMALL,
                                            f"hydra.run.dir={load_dir}")
             assert load.returncode == 0, load.stderr[-2000:]
             await idle(server, IDLE_S)
-        finally:
-            stop.set()
-            await task
 
     asyncio.run(main())
     summary = json.loads((run_dir / "summary.json").read_text())
