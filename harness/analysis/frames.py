@@ -261,6 +261,7 @@ def _number(value: Any) -> bool:
 def summary_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
     """Summary rows (one per run; a report's too) -> a frame with one declared dtype per key."""
     df = _to_frame(rows, {})
+    columns = {}  # built apart and joined once: a frame's column assignment costs ~0.3 ms (170 keys a run)
     for name in df.columns:
         dtype = summary_dtype(name, df[name])
         series = df[name]
@@ -270,8 +271,8 @@ def summary_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFr
             series = pd.Series([pd.NA if _is_missing(v) else bool(v) for v in series], index=df.index, dtype=object)
         elif dtype == "Int64" and series.dtype.kind == "f" and not np.all(series.isna() | (series == series.round())):
             dtype = "float64"  # a count with a fraction: keep the value (never round data away)
-        df[name] = _cast(series, dtype, str(name), "summary")
-    return df
+        columns[name] = _cast(series, dtype, str(name), "summary")
+    return pd.DataFrame(columns, index=df.index) if columns else df
 
 
 def units(schema: Mapping[str, Column] = REQUEST_COLUMNS) -> dict[str, str]:
