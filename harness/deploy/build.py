@@ -9,6 +9,7 @@ analytic model predicted beside what the emulator measured.
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,7 +27,8 @@ from harness.deploy.router.base import ReplanningRouter
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
 from harness.planner.inputs import SharedInputs, shared_inputs
-from harness.workload import build_workload, input_length_distribution, mean_output_tokens
+from harness.planner.lengths import planned_lengths
+from harness.workload import mean_output_tokens
 
 
 @dataclass
@@ -45,16 +47,14 @@ def needs_plan(dep: DictConfig) -> bool:
 
 
 def make_plan(cfg: DictConfig, inputs: SharedInputs | None = None) -> dict[str, Any]:
-    """Plan on the lengths the router routes on: incremental after prefix hits (the paper's rule),
-    or whole prompts for a cache-blind router (`router.cache_aware: false`), as its operator would."""
-    router = cfg.deployment.router
-    if router is not None and router.get("cache_aware", True) is False:
-        values = np.array([r.input_tokens for r in build_workload(cfg.workload)], dtype=float)
-        weights = np.ones_like(values)
-    else:
-        values, weights = input_length_distribution(cfg.workload)
-    plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, values, weights,
-                           mean_output_tokens(cfg.workload), inputs=inputs)
+    """Plan on the lengths the router routes on: incremental after the prefix hits of the caches the
+    router sees, with the emulator's cache settings (harness/planner/lengths.py), or whole prompts for
+    a cache-blind router (`router.cache_aware: false`), as its operator would."""
+    if inputs is None:
+        inputs = shared_inputs(cfg.deployment, cfg.model, cfg.planner)
+    lengths = planned_lengths(cfg.workload, cfg.get("cache"), cfg.deployment, inputs)
+    plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, lengths.values, lengths.weights,
+                           mean_output_tokens(cfg.workload), inputs=inputs, notes=lengths.notes)
     return plan.to_dict()
 
 
@@ -94,7 +94,9 @@ def threshold_for_capacity(cfg: DictConfig, deployment: Deployment) -> Callable[
     """The planner's threshold for the deployment's current split at a given link capacity."""
     base = _container(cfg.deployment)
     link = _container(cfg.link)
-    values, weights = input_length_distribution(cfg.workload)
+    lengths = planned_lengths(cfg.workload, cfg.get("cache"), cfg.deployment,
+                              shared_inputs(cfg.deployment, cfg.model, cfg.planner))
+    values, weights = lengths.values, lengths.weights
     mean_out = mean_output_tokens(cfg.workload)
 
     def replan(capacity_gbps: float) -> float | None:
@@ -132,6 +134,8 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         if needs_plan(dep):
             raise
         plan = None  # a fully specified deployment runs even where the planner finds no optimum
+    for note in (plan or {}).get("notes", []):  # also in plan.json and the summary (plan_notes)
+        print(f"warning: planner: {note}", file=sys.stderr, flush=True)
     chosen = plan or {}  # no plan: the deployment fixes the split itself (needs_plan was False)
     n_prefill = local.n_prefill if local.n_prefill is not None else chosen["n_prefill"]
     n_decode = local.n_decode if local.n_decode is not None else chosen["n_decode"]

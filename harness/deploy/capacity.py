@@ -55,9 +55,14 @@ def saturation_in_flight(cfg: Any, plan: dict[str, Any] | None = None) -> int:
         return URL_DEFAULT_IN_FLIGHT
     if plan is None:
         from harness.deploy.build import make_plan
+        from harness.planner.inputs import shared_inputs
 
+        # The deployment's own profiles first: an error there (weights that do not fit, an SLO no step
+        # meets) is the run's real cause, not a reason to size the in-flight count by hand.
+        dep = cfg.deployment
+        inputs = shared_inputs(dep, cfg.model, cfg.planner) if dep is not None and not dep.get("builder") else None
         try:
-            plan = make_plan(cfg)
+            plan = make_plan(cfg, inputs)
         except InputError as err:
             raise InputError(f"loadgen.saturation_in_flight is null (size it from the planner) but the planner "
                              f"has no answer for this deployment ({err}); set loadgen.saturation_in_flight=N") from err

@@ -9,6 +9,7 @@ Constraints come from the deployment itself, so one function plans every kind:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ def _thresholds(dep: DeploymentConfig, planner: PlannerConfig, has_remote: bool,
 
 def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_cfg: Any, values: np.ndarray,
                     weights: np.ndarray, mean_output_tokens: float, inputs: SharedInputs | None = None,
-                    mean_context_tokens: float | None = None) -> Plan:
+                    mean_context_tokens: float | None = None, notes: Sequence[str] = ()) -> Plan:
     """Plan one deployment for the uncached-length distribution (values, weights) and mean output length.
 
     The deployment, link and planner nodes may be composed configs, dicts or the schema dataclasses
@@ -77,7 +78,8 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     `inputs` (profiles, SLO, service-time mode, decode step) are the ones the emulator runs with when
     it asks; built from the configs otherwise. `mean_context_tokens` is the mean prompt a decode
     sequence holds (default: the mean of `values`); the decode step of Eq. 5 is evaluated at it plus
-    half the output, the mean context a sequence reads over its decode.
+    half the output, the mean context a sequence reads over its decode. `notes` (what the caller
+    knows the plan does not model, e.g. harness/planner/lengths.py's) join the plan's own.
     """
     dep = deployment_config(deployment_cfg)
     planner = planner_config(planner_cfg)
@@ -104,7 +106,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
 
     n_p, n_d = _splits(local, remote_prof is not None)
     all_remote = remote_prof is not None and int(n_p.max()) == 0
-    thresholds, applies, notes = _thresholds(dep, planner, remote_prof is not None, all_remote)
+    thresholds, applies, own_notes = _thresholds(dep, planner, remote_prof is not None, all_remote)
     stages = Stages(local=local_prof, remote=remote_prof, n_prfaas=n_prfaas,
                     link_bytes_per_s=None if link_gbps is None else link_gbps * 1e9 / 8.0,
                     t_decode_s=t_decode, bs_max=local_prof.bs_max, mean_output_tokens=l_out)
@@ -118,7 +120,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
         n_prfaas=n_prfaas, n_local=n_local, threshold_applies=applies, link_gbps=link_gbps,
         price_prfaas=remote_prof.price_per_instance if remote_prof is not None else 0.0,
         price_local=local_prof.price_per_instance, bs_max=local_prof.bs_max, t_decode_s=t_decode,
-        mean_output_tokens=l_out, notes=notes, slo_tokens_per_s=slo, decode_context_tokens=context,
+        mean_output_tokens=l_out, notes=[*own_notes, *notes], slo_tokens_per_s=slo, decode_context_tokens=context,
         decode_step=None if inputs.decode_step_override_s is not None else local_prof.decode_step_s,
     )
 

@@ -9,10 +9,12 @@ this object existed, the emulator built its own profiles at the default 40 tok/s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from harness.costmodel import InstanceProfile, build_profile
+from harness.errors import InputError
 from harness.planner.configs import deployment_config, planner_config
 
 
@@ -43,14 +45,38 @@ class SharedInputs:
         return float(self.local.decode_step_s(b, float(b) * context_tokens_per_seq))
 
 
+def _variant_applies(model_cfg: Any) -> None:
+    """`model.decode_variant` on the model that runs must name one of its variants. (The profile builder
+    lets it pass on a model without any, for tables that compose every model with one command line.)"""
+    fields = ("decode_variant", "decode_variants", "name")
+    variant, variants, name = (model_cfg.get(k) if isinstance(model_cfg, Mapping) else getattr(model_cfg, k, None)
+                               for k in fields)
+    if variant is not None and not variants:
+        raise InputError(f"model.decode_variant={variant}: model {name} has no decode variants "
+                         "(model.decode_variants is empty); drop the override or choose a model that has them")
+
+
+def _slo_reachable(prof: InstanceProfile, slo: float, override_s: float | None) -> None:
+    """A lone sequence must decode at the SLO: otherwise no batch meets it and the plan would be for a TPOT
+    the SLO forbids (a measured constant step ignores the SLO when sizing its batch)."""
+    step = override_s if override_s is not None else float(prof.decode_step_s(1, 0.0))
+    if step * slo > 1.0 + 1e-9:
+        where = "deployment.decode_step_s" if override_s is not None else \
+            f"model {prof.model}'s decode step on {prof.gpus_per_instance} x {prof.hardware}"
+        raise InputError(f"planner.slo_tokens_per_s={slo:g} cannot be met: {where} is {step * 1e3:.4g} ms for a "
+                         f"lone sequence ({1.0 / step:.4g} tok/s at best); choose an SLO <= {1.0 / step:.4g}")
+
+
 def shared_inputs(deployment_cfg: Any, model_cfg: Any, planner_cfg: Any) -> SharedInputs:
     """Build the profiles of both clusters at the planner's SLO, and read the service-time mode.
 
     The deployment and planner nodes may be composed configs, dicts or the schema dataclasses
-    (harness/planner/configs.py turns them into the dataclasses and checks them)."""
+    (harness/planner/configs.py turns them into the dataclasses and checks them). Inputs that cannot
+    apply (a decode variant the model lacks, an SLO the decode step cannot meet) fail here, in one line."""
     dep = deployment_config(deployment_cfg)
     planner = planner_config(planner_cfg)
     slo = planner.slo_tokens_per_s
+    _variant_applies(model_cfg)
     local, remote = dep.local, dep.prfaas
     local_prof = build_profile(model_cfg, local.hardware, gpus_per_instance=local.gpus_per_instance,
                                slo_tokens_per_s=slo)
@@ -58,4 +84,5 @@ def shared_inputs(deployment_cfg: Any, model_cfg: Any, planner_cfg: Any) -> Shar
     if remote is not None:
         remote_prof = build_profile(model_cfg, remote.hardware, gpus_per_instance=remote.gpus_per_instance,
                                     slo_tokens_per_s=slo)
+    _slo_reachable(local_prof, slo, dep.decode_step_s)
     return SharedInputs(local_prof, remote_prof, slo, planner.service_time, dep.decode_step_s)

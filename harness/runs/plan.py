@@ -60,7 +60,9 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
     """Plan each deployment of `names` (default planner.deployments), each composed from the `base`
     overrides (default: this run's command line) plus `deployment=<name>`; returns plans and the
     plan.json document."""
-    from harness.workload import input_length_distribution, mean_output_tokens
+    from harness.planner.inputs import shared_inputs
+    from harness.planner.lengths import planned_lengths
+    from harness.workload import mean_output_tokens
 
     planner = planner_config(cfg.planner)
     planned = [str(name) for name in (names if names is not None else planner.deployments)]
@@ -69,7 +71,6 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
                          "planner.deployments=[homogeneous_pd,prfaas_pd]")
     _check_baseline(planner.baseline, planned, base)
     link = typed(LinkConfig, cfg.link, "link") if cfg.link is not None else None  # read with a remote cluster
-    values, weights = input_length_distribution(cfg.workload)
     l_out = mean_output_tokens(cfg.workload)
     base = task_overrides("deployment") if base is None else without(base, "deployment")
     variants = variants or run_variants(base)
@@ -78,9 +79,15 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
     paper: dict[str, dict[str, Any]] = {}
     for name in planned:
         dep = deployment_config(variants.get("deployment", name))
-        plans[name] = plan_deployment(dep, cfg.model, link, planner, values, weights, l_out)
+        inputs = shared_inputs(dep, cfg.model, planner)
+        lengths = planned_lengths(cfg.workload, cfg.get("cache"), dep, inputs)  # the emulator's caches, as it sees them
+        values, weights = lengths.values, lengths.weights
+        plans[name] = plan_deployment(dep, cfg.model, link, planner, values, weights, l_out, inputs=inputs,
+                                      notes=lengths.notes)
         if plans[name].service_time != "representative":  # the paper's formula too, for Table 6
-            paper[name] = plan_deployment(dep, cfg.model, link, paper_formula, values, weights, l_out).to_dict()
+            paper_inputs = dataclasses.replace(inputs, service_time="representative")
+            paper[name] = plan_deployment(dep, cfg.model, link, paper_formula, values, weights, l_out,
+                                          inputs=paper_inputs, notes=lengths.notes).to_dict()
     doc: dict[str, Any] = {name: plan.to_dict() for name, plan in plans.items()}
     for name, rep in paper.items():
         doc[name] |= {f"representative_{k}": v for k, v in rep.items()

@@ -15,6 +15,7 @@ import numpy as np
 
 from harness.errors import InputError
 from harness.workload.base import streams
+from harness.workload.prefix import PrefixReplay
 from harness.workload.request import Request, n_blocks
 from harness.workload.synthetic import SyntheticWorkload
 
@@ -60,6 +61,7 @@ class SharedPromptWorkload(SyntheticWorkload):
             out.append(Request(r.request_id, r.arrival_s, n_in, r.output_tokens, ids))
         return out
 
-    def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
+    def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Whole prompts: the validation engine's prefix hits are measured, not planned."""
         lengths = np.array([r.input_tokens for r in self.generate()], dtype=float)
         return lengths, np.full(len(lengths), 1.0 / len(lengths))

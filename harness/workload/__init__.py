@@ -21,7 +21,8 @@ _EXPORTS = {
     "harness.workload.durations": ("ExponentialTime", "FixedTime", "LogNormalTime"),
     "harness.workload.formats": ("LoadReport", "detect_format", "load_trace", "read_trace", "write_trace"),
     "harness.workload.lengths": ("Empirical", "Fixed", "TruncatedLogNormal", "Uniform"),
-    "harness.workload.prefix": ("PrefixCache", "hit_tokens", "replay_hits", "uncached_input_tokens"),
+    "harness.workload.prefix": ("PrefixCache", "PrefixReplay", "hit_tokens", "replay_hits", "replayed_input_tokens",
+                                "uncached_input_tokens"),
     "harness.workload.request": ("Request", "frame_to_requests", "n_blocks", "requests_to_frame",
                                  "unique_hash_ids"),
     "harness.workload.stats": ("trace_stats",),
@@ -58,7 +59,14 @@ if TYPE_CHECKING:
     from harness.workload.durations import ExponentialTime, FixedTime, LogNormalTime
     from harness.workload.formats import LoadReport, detect_format, load_trace, read_trace, write_trace
     from harness.workload.lengths import Empirical, Fixed, TruncatedLogNormal, Uniform
-    from harness.workload.prefix import PrefixCache, hit_tokens, replay_hits, uncached_input_tokens
+    from harness.workload.prefix import (
+        PrefixCache,
+        PrefixReplay,
+        hit_tokens,
+        replay_hits,
+        replayed_input_tokens,
+        uncached_input_tokens,
+    )
     from harness.workload.request import Request, frame_to_requests, n_blocks, requests_to_frame, unique_hash_ids
     from harness.workload.stats import trace_stats
     from harness.workload.synthetic import FixedWorkload, SyntheticWorkload

@@ -23,7 +23,7 @@ import numpy as np
 
 from harness.errors import InputError
 from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed, empirical
-from harness.workload.prefix import uncached_input_tokens
+from harness.workload.prefix import PrefixReplay, replayed_input_tokens, uncached_input_tokens
 from harness.workload.request import Request, n_blocks
 
 _LENGTH = ("sample", "mean")
@@ -157,8 +157,11 @@ class AgenticWorkload:
             previous, previous_input = ids, int(inputs[i])
         return out
 
-    def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        """Incremental prompt lengths of the generated requests under an unbounded prefix cache."""
+    def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Incremental prompt lengths of the generated requests under an unbounded prefix cache, or the
+        cache `replay` describes."""
+        if replay is not None:
+            return empirical(replayed_input_tokens(self.generate(), self.block_tokens, replay))
         return empirical(uncached_input_tokens(self.generate(), self.block_tokens))
 
     def mean_output_tokens(self) -> float:

@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.errors import InputError
 from harness.resources import data_root
+from harness.workload.prefix import PrefixReplay
 from harness.workload.request import Request
 
 
@@ -20,7 +21,7 @@ class Workload(Protocol):
 
     def generate(self, rate_rps: float | None = None) -> list[Request]: ...
 
-    def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]: ...
+    def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]: ...
 
     def mean_output_tokens(self) -> float: ...
 

@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import InputError
 from harness.workload.base import Workload
+from harness.workload.prefix import PrefixReplay
 from harness.workload.request import Request
 
 
@@ -59,13 +60,15 @@ def build_workload(workload_cfg: Any, rate_rps: float | None = None) -> list[Req
     return instantiate_workload(workload_cfg).generate(rate_rps)
 
 
-def input_length_distribution(workload_cfg: Any) -> tuple[np.ndarray, np.ndarray]:
+def input_length_distribution(workload_cfg: Any, replay: PrefixReplay | None = None
+                              ) -> tuple[np.ndarray, np.ndarray]:
     """(values, weights) of the uncached (incremental) input length, weights summing to 1.
 
     Analytic workloads give an exact fine grid of their length law; traces and agentic sessions
-    give the empirical law of their requests after an unbounded prefix cache removes the hits.
+    give the empirical law of their requests after a prefix cache removes the hits: an unbounded
+    one, or the one `replay` describes (the emulator's cache settings, harness/planner/lengths.py).
     """
-    return instantiate_workload(workload_cfg).uncached_input_distribution()
+    return instantiate_workload(workload_cfg).uncached_input_distribution(replay)
 
 
 def mean_output_tokens(workload_cfg: Any) -> float:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import InputError
+from harness.workload.prefix import PrefixReplay
 from harness.workload.request import Request
 
 
@@ -56,8 +57,8 @@ class PhasedWorkload:
 
     # The planner sees the first phase: the traffic the operator planned for before it shifted.
     # Adapting to what comes after is the long-term rebalancer's job (`rebalancer.enabled`).
-    def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        grid: tuple[np.ndarray, np.ndarray] = self.phases[0].uncached_input_distribution()
+    def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
+        grid: tuple[np.ndarray, np.ndarray] = self.phases[0].uncached_input_distribution(replay)
         return grid
 
     def mean_output_tokens(self) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -102,3 +103,47 @@ def uncached_input_tokens(requests: Sequence[Request], block_tokens: int,
     inputs = np.fromiter((r.input_tokens for r in requests), dtype=np.int64, count=len(requests))
     uncached: np.ndarray = inputs - replay_hits(requests, block_tokens, capacity_blocks)
     return uncached
+
+
+@dataclass(frozen=True)
+class PrefixReplay:
+    """How the planner replays a workload's prefixes: the caches the emulator runs with, as one cache.
+
+    `enabled=False`: no prefix cache, every prompt is computed whole. `capacity_blocks`: an LRU of that
+    many blocks (None: unbounded). `state_match`: a hybrid model's prefix is usable only up to a block at
+    which some request stored its linear-attention state (its last complete block), as the emulator's
+    pool (harness/deploy/cache_pool.py) counts it. Either way a prefill computes at least one token.
+    """
+
+    enabled: bool = True
+    capacity_blocks: int | None = None
+    state_match: bool = False
+
+
+def usable_prefix_tokens(requests: Sequence[Request], block_tokens: int, replay: PrefixReplay) -> np.ndarray:
+    """Tokens each request can skip when the requests pass, in order, through one prefix cache."""
+    out = np.zeros(len(requests), dtype=np.int64)
+    if not replay.enabled:
+        return out
+    cache = PrefixCache(replay.capacity_blocks)
+    states: set[int] = set()  # blocks at which a state was stored (state_match only)
+    for i, r in enumerate(requests):
+        ids = r.hash_ids
+        matched = cache.match(ids)
+        if replay.state_match:
+            usable = next((k + 1 for k in range(matched - 1, -1, -1) if ids[k] in states), 0)
+            complete = min(len(ids), r.input_tokens // block_tokens)
+            if complete >= 1:
+                states.add(ids[complete - 1])
+        else:
+            usable = matched
+        out[i] = max(0, min(usable * block_tokens, r.input_tokens - 1))
+        cache.insert(ids)
+    return out
+
+
+def replayed_input_tokens(requests: Sequence[Request], block_tokens: int, replay: PrefixReplay) -> np.ndarray:
+    """What each prefill computes under `replay` (the planner's uncached length L)."""
+    inputs = np.fromiter((r.input_tokens for r in requests), dtype=np.int64, count=len(requests))
+    computed: np.ndarray = inputs - usable_prefix_tokens(requests, block_tokens, replay)
+    return computed

@@ -15,6 +15,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed, streams
 from harness.workload.lengths import Fixed
+from harness.workload.prefix import PrefixReplay
 from harness.workload.request import Request, make_request, n_blocks, unique_hash_ids
 
 _LENGTH_METHODS = ("sample", "grid", "mean")
@@ -134,8 +135,8 @@ class SyntheticWorkload:
         times = arrivals.offsets(n, rng_arrivals)
         return RequestStream(np.asarray(times, dtype=np.float64), inputs, outputs, self.block_tokens, chunk)
 
-    def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        """No prefix sharing, so the uncached length is the input length: its exact grid."""
+    def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """No prefix sharing, so the uncached length is the input length (whatever the cache): its exact grid."""
         grid: tuple[np.ndarray, np.ndarray] = self.input_lengths.grid()
         return grid
 

@@ -26,7 +26,7 @@ from harness.workload.base import (
     streams,
 )
 from harness.workload.formats import LoadReport, load_trace
-from harness.workload.prefix import uncached_input_tokens
+from harness.workload.prefix import PrefixReplay, replayed_input_tokens, uncached_input_tokens
 from harness.workload.request import Request
 
 _log = logging.getLogger(__name__)
@@ -91,9 +91,12 @@ class TraceWorkload:
             _log.warning("%s", line)
         return requests
 
-    def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        """Input minus the prefix an unbounded cache would hold, replaying the trace in order."""
+    def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Input minus the prefix a cache would hold, replaying the trace in order: an unbounded one,
+        or the one `replay` describes (the emulator's cache settings)."""
         requests, _ = self.load()
+        if replay is not None:
+            return empirical(replayed_input_tokens(requests, self.block_tokens, replay))
         return empirical(uncached_input_tokens(requests, self.block_tokens))
 
     def mean_output_tokens(self) -> float:

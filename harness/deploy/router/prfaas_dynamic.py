@@ -8,7 +8,8 @@ the current capacity — the early sign of congestion before loss shows) and its
   (which reuses its own cache); no prefix is moved across clusters.
 - Bandwidth abundant: `l_prefix = max(l_prfaas, l_pd)`; route on `l_total - l_prefix`, and when
   the cluster holding the longer prefix is not the one computing, fetch that prefix across the
-  link first. With `cache_transfer=false` there is no such fetch, so the scarce rule applies.
+  link first. With `cache_transfer=false` there is no such fetch, so the scarce rule applies; so it
+  does with `cache_view=local` (the router sees the local pool only).
 - Link capacity changes (a drop, a restored link): the threshold is re-solved through the planner
   for the capacity now seen (`adapt_threshold`), with the current split. A thinner link pushes t
   up, so PrfaaS takes only the longest prefills, whose KV per second of compute is lowest.
@@ -92,7 +93,7 @@ class PrfaasDynamicRouter(PrfaasRouter, ReplanningRouter):
         l_pd, l_prfaas = request.cached_local_tokens, request.cached_prfaas_tokens
         if not self.cache_aware:
             incremental = request.input_tokens
-        elif scarce or not self.cache_transfer:
+        elif scarce or not self.cache_transfer or self.cache_view == LOCAL:
             # Each cluster's cache on its own: the local one decides, PrfaaS reuses what it holds.
             incremental = request.input_tokens - l_pd
         else:
@@ -102,7 +103,7 @@ class PrfaasDynamicRouter(PrfaasRouter, ReplanningRouter):
             raise RuntimeError(UNSET)
         target = PRFAAS if incremental > threshold else LOCAL
         fetch = None
-        if self.cache_aware and self.cache_transfer and not scarce and l_pd != l_prfaas:
+        if self.cache_aware and self.cache_transfer and self.cache_view != LOCAL and not scarce and l_pd != l_prfaas:
             holder = PRFAAS if l_prfaas > l_pd else LOCAL
             if holder != target:
                 fetch = holder

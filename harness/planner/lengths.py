@@ -1,0 +1,92 @@
+"""The uncached-length law the planner plans on, from the prefix-cache settings the emulator runs with.
+
+The planner's L is what a prefill computes after the prefix caches remove their hits (paper Table 4),
+so every cache input the emulator reads must reach it: `cache.enabled` (off: whole prompts),
+`cache.capacity_tokens` (an LRU), `cache.exact_state_match` on a hybrid model (a prefix is usable only
+where a linear state was stored), the workload's `block_tokens`, and which pools the router matches
+against (`router.cache_view`). The workload replays its requests through one cache that stands for
+the pools the router sees; what that one cache cannot say is returned as notes, which go to
+`plan_notes` (plan.json, summary.json) and are printed as warnings by a run.
+
+`global` (the default, the paper's global KVCache manager, §3.2 and §3.4.3): the router matches a
+prompt against both clusters' pools and routes on `l_total - max(l_pd, l_prfaas)`, fetching the
+longer prefix across clusters when it is not where the prefill runs; both pools together hold every
+prefix, which is what one cache replaying every request holds. `local`: the router matches the local
+pool only; a prefix computed at PrfaaS is invisible to it, so the PrfaaS share depends on t itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness.deploy.router.base import CACHE_VIEWS
+from harness.deploy.schema import CacheConfig, DeploymentConfig
+from harness.errors import InputError, choices
+from harness.planner.configs import deployment_config, typed
+from harness.planner.inputs import SharedInputs
+from harness.workload import PrefixReplay, instantiate_workload
+
+DEFAULT_CACHE_VIEW = "global"  # the paper's: the global KVCache manager matches every cluster's pool
+
+
+@dataclass(frozen=True)
+class PlannedLengths:
+    """The planner's (values, weights) of L, the replay that produced them, and what it does not model."""
+
+    values: np.ndarray
+    weights: np.ndarray
+    replay: PrefixReplay
+    notes: tuple[str, ...] = ()
+
+
+def cache_view(dep: DeploymentConfig) -> str | None:
+    """`router.cache_view` checked (default `global`), or None for a router that reads no prefix cache."""
+    router = dep.router
+    if not isinstance(router, Mapping) or "cache_view" not in router:
+        return None
+    view = router.get("cache_view")
+    if view not in CACHE_VIEWS:
+        raise InputError(f"deployment.router.cache_view must be one of {choices(CACHE_VIEWS)}, got {view!r}")
+    return str(view)
+
+
+def _cache_aware(dep: DeploymentConfig) -> bool:
+    router = dep.router
+    return not (isinstance(router, Mapping) and router.get("cache_aware", True) is False)
+
+
+def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inputs: SharedInputs) -> PlannedLengths:
+    """L for this deployment: the workload replayed through the cache the emulator's router sees.
+
+    A cache-blind router (`router.cache_aware: false`) routes on whole prompts: the planner plans on
+    them too, as its operator would."""
+    dep = deployment_config(deployment_cfg)
+    cache = typed(CacheConfig, cache_cfg if cache_cfg is not None else CacheConfig(), "cache")
+    view = cache_view(dep)
+    workload = instantiate_workload(workload_cfg)
+    block = int(getattr(workload, "block_tokens", 512))
+    notes: list[str] = []
+    two_pools = dep.prfaas is not None
+    enabled = cache.enabled and _cache_aware(dep)
+    capacity_blocks = None
+    if enabled and cache.capacity_tokens is not None:
+        pools = 2 if two_pools and view != "local" else 1
+        capacity_blocks = pools * (int(cache.capacity_tokens) // block)
+        enabled = capacity_blocks >= 1  # a pool smaller than one block holds nothing
+        notes.append(f"cache.capacity_tokens={cache.capacity_tokens}: planned as one LRU of {capacity_blocks} "
+                     f"blocks of {block} tokens" + (" (both clusters' pools)" if pools == 2 else "")
+                     + "; the emulator's pools also hold linear states and in-flight transfer blocks "
+                     "(not modelled)")
+    state_match = bool(cache.exact_state_match) and inputs.local.state_bytes > 0
+    replay = PrefixReplay(enabled=enabled, capacity_blocks=capacity_blocks, state_match=state_match)
+    values, weights = workload.uncached_input_distribution(replay)
+    if enabled and two_pools and view == "local":
+        notes.append("router.cache_view=local: the router matches prefixes in the local pool only, so a "
+                     "prefix computed at PrfaaS counts as uncached there and its later turns tend to be "
+                     "offloaded again; the planner's lengths are after a match against every pool (not "
+                     "modelled: expect a larger offload fraction than planned on workloads with prefix hits)")
+    return PlannedLengths(np.asarray(values, dtype=float), np.asarray(weights, dtype=float), replay, tuple(notes))
