@@ -120,7 +120,8 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
         n_prfaas=n_prfaas, n_local=n_local, threshold_applies=applies, link_gbps=link_gbps,
         price_prfaas=remote_prof.price_per_instance if remote_prof is not None else 0.0,
         price_local=local_prof.price_per_instance, bs_max=local_prof.bs_max, t_decode_s=t_decode,
-        mean_output_tokens=l_out, notes=[*own_notes, *notes], slo_tokens_per_s=slo, decode_context_tokens=context,
+        mean_output_tokens=l_out, notes=[*own_notes, *inputs.notes, *notes], slo_tokens_per_s=slo,
+        decode_context_tokens=context,
         decode_step=None if inputs.decode_step_override_s is not None else local_prof.decode_step_s,
     )
 

@@ -25,6 +25,7 @@ class SharedInputs:
     slo_tokens_per_s: float
     service_time: str
     decode_step_override_s: float | None  # deployment.decode_step_s: a fixed step for every batch
+    notes: tuple[str, ...] = ()  # what these inputs mean for the plan that the numbers do not say
 
     @property
     def bs_max(self) -> int:
@@ -56,15 +57,19 @@ def _variant_applies(model_cfg: Any) -> None:
                          "(model.decode_variants is empty); drop the override or choose a model that has them")
 
 
-def _slo_reachable(prof: InstanceProfile, slo: float, override_s: float | None) -> None:
-    """A lone sequence must decode at the SLO: otherwise no batch meets it and the plan would be for a TPOT
-    the SLO forbids (a measured constant step ignores the SLO when sizing its batch)."""
+def _slo_reachable(prof: InstanceProfile, slo: float, override_s: float | None) -> tuple[str, ...]:
+    """A lone sequence must decode at the SLO, or no batch meets it and the plan is for a TPOT the SLO
+    forbids (a measured constant step ignores the SLO when sizing its batch): an input error for the
+    model's own step; a note for `deployment.decode_step_s`, a step the user fixed on purpose."""
     step = override_s if override_s is not None else float(prof.decode_step_s(1, 0.0))
-    if step * slo > 1.0 + 1e-9:
-        where = "deployment.decode_step_s" if override_s is not None else \
-            f"model {prof.model}'s decode step on {prof.gpus_per_instance} x {prof.hardware}"
-        raise InputError(f"planner.slo_tokens_per_s={slo:g} cannot be met: {where} is {step * 1e3:.4g} ms for a "
-                         f"lone sequence ({1.0 / step:.4g} tok/s at best); choose an SLO <= {1.0 / step:.4g}")
+    if step * slo <= 1.0 + 1e-9:
+        return ()
+    if override_s is not None:
+        return (f"deployment.decode_step_s={override_s:g} is above the {1e3 / slo:.4g} ms step of the "
+                f"planner.slo_tokens_per_s={slo:g} SLO: planned with it, every TPOT misses the SLO",)
+    raise InputError(f"planner.slo_tokens_per_s={slo:g} cannot be met: model {prof.model}'s decode step on "
+                     f"{prof.gpus_per_instance} x {prof.hardware} is {step * 1e3:.4g} ms for a lone sequence "
+                     f"({1.0 / step:.4g} tok/s at best); choose an SLO <= {1.0 / step:.4g}")
 
 
 def shared_inputs(deployment_cfg: Any, model_cfg: Any, planner_cfg: Any) -> SharedInputs:
@@ -84,5 +89,5 @@ def shared_inputs(deployment_cfg: Any, model_cfg: Any, planner_cfg: Any) -> Shar
     if remote is not None:
         remote_prof = build_profile(model_cfg, remote.hardware, gpus_per_instance=remote.gpus_per_instance,
                                     slo_tokens_per_s=slo)
-    _slo_reachable(local_prof, slo, dep.decode_step_s)
-    return SharedInputs(local_prof, remote_prof, slo, planner.service_time, dep.decode_step_s)
+    notes = _slo_reachable(local_prof, slo, dep.decode_step_s)
+    return SharedInputs(local_prof, remote_prof, slo, planner.service_time, dep.decode_step_s, notes)

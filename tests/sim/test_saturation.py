@@ -46,7 +46,8 @@ def test_a_run_directory_reads_the_same_capacity_as_memory(tmp_path):
     summaries = [summarize(r.requests, r.timeseries, r.meta, cfg.analysis) for r in (memory, streamed)]
     assert summaries[1]["steady_throughput_rps"] == pytest.approx(summaries[0]["steady_throughput_rps"], rel=1e-9)
     saturation = [{k: v for k, v in s.items() if k.startswith("saturation_")} for s in summaries]
-    assert saturation[0]["saturation_route"] == "prfaas" and saturation[0]["saturation_window_end_s"] > 0
+    # which route binds depends on the plan (both prefill pools are planned to saturate together)
+    assert saturation[0]["saturation_route"] in ("local", "prfaas") and saturation[0]["saturation_window_end_s"] > 0
     assert saturation[1] == saturation[0]
 
 

@@ -23,12 +23,35 @@ VIEW = ClusterSnapshot(has_prfaas=True, has_local_prefill=True, egress_utilisati
         (20_001, 0, 0, PRFAAS),
         (10_000, 0, 0, LOCAL),
         (60_000, 50_000, 0, LOCAL),  # long prompt but only 10K incremental after the local prefix
-        (60_000, 0, 50_000, PRFAAS),  # a remote prefix does not shorten the local decision
+        (60_000, 0, 50_000, PRFAAS),  # cache_view=local: a remote prefix does not shorten the local decision
     ],
 )
 def test_prfaas_threshold_on_incremental_length(input_tokens, cached_local, cached_prfaas, expected):
+    router = PrfaasRouter(threshold_tokens=20_000, cache_view="local")
+    assert router.route(RoutedRequest(input_tokens, cached_local, cached_prfaas), VIEW) == (expected, None)
+
+
+@pytest.mark.parametrize(
+    ("cached_local", "cached_prfaas", "expected"),
+    [
+        (0, 0, (PRFAAS, None)),
+        (50_000, 0, (LOCAL, None)),  # the local prefix leaves 10K: local, nothing to fetch
+        (0, 50_000, (LOCAL, PRFAAS)),  # the PrfaaS prefix leaves 10K too: local, fetching that prefix first
+        (0, 35_000, (PRFAAS, None)),  # 25K left after the longer prefix: PrfaaS, which holds it
+        (35_000, 10_000, (PRFAAS, LOCAL)),  # PrfaaS computes, but the longer prefix is local: fetched
+    ],
+)
+def test_prfaas_router_global_view_routes_on_the_longest_prefix_anywhere(cached_local, cached_prfaas, expected):
+    """The default view (the paper's global KVCache manager): l = input - max(l_pd, l_prfaas), and a prefix
+    held by the cluster that does not prefill is fetched across the link (section 3.4.3)."""
     router = PrfaasRouter(threshold_tokens=20_000)
-    assert router.route(RoutedRequest(input_tokens, cached_local, cached_prfaas), VIEW).cluster == expected
+    assert router.cache_view == "global"
+    assert router.route(RoutedRequest(60_000, cached_local, cached_prfaas), VIEW) == expected
+
+
+def test_prfaas_router_rejects_an_unknown_cache_view():
+    with pytest.raises(InputError, match=r"router.cache_view must be one of global, local, got 'both'"):
+        PrfaasRouter(cache_view="both")
 
 
 def test_prfaas_router_falls_back_when_a_cluster_is_missing():
