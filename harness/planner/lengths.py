@@ -85,7 +85,7 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
     replay = PrefixReplay(enabled=enabled, capacity_blocks=capacity_blocks, state_match=state_match)
     values, weights = workload.uncached_input_distribution(replay)
     if enabled and two_pools and view == "local":
-        notes.append("router.cache_view=local: the router matches prefixes in the local pool only, so a "
+        notes.append("deployment.router.cache_view=local: the router matches prefixes in the local pool only, so a "
                      "prefix computed at PrfaaS counts as uncached there and its later turns tend to be "
                      "offloaded again; the planner's lengths are after a match against every pool (not "
                      "modelled: expect a larger offload fraction than planned on workloads with prefix hits)")
