@@ -54,39 +54,54 @@ def cache_view(dep: DeploymentConfig) -> str | None:
     return str(view)
 
 
-def _cache_aware(dep: DeploymentConfig) -> bool:
+def _router_flag(dep: DeploymentConfig, key: str, default: bool = True) -> bool:
     router = dep.router
-    return not (isinstance(router, Mapping) and router.get("cache_aware", True) is False)
+    return bool(router.get(key, default)) if isinstance(router, Mapping) else default
 
 
 def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inputs: SharedInputs) -> PlannedLengths:
     """L for this deployment: the workload replayed through the cache the emulator's router sees.
 
     A cache-blind router (`router.cache_aware: false`) routes on whole prompts: the planner plans on
-    them too, as its operator would."""
+    them too, as its operator would. Notes are made only where the workload has prefix hits to lose."""
     dep = deployment_config(deployment_cfg)
     cache = typed(CacheConfig, cache_cfg if cache_cfg is not None else CacheConfig(), "cache")
     view = cache_view(dep)
+    if view is not None and not _router_flag(dep, "cache_transfer"):  # prfaas_dynamic without fetches
+        view = "local"
     workload = instantiate_workload(workload_cfg)
     block = int(getattr(workload, "block_tokens", 512))
-    notes: list[str] = []
     two_pools = dep.prfaas is not None
-    enabled = cache.enabled and _cache_aware(dep)
+    enabled = cache.enabled and _router_flag(dep, "cache_aware")
     capacity_blocks = None
     if enabled and cache.capacity_tokens is not None:
         pools = 2 if two_pools and view != "local" else 1
         capacity_blocks = pools * (int(cache.capacity_tokens) // block)
         enabled = capacity_blocks >= 1  # a pool smaller than one block holds nothing
-        notes.append(f"cache.capacity_tokens={cache.capacity_tokens}: planned as one LRU of {capacity_blocks} "
-                     f"blocks of {block} tokens" + (" (both clusters' pools)" if pools == 2 else "")
-                     + "; the emulator's pools also hold linear states and in-flight transfer blocks "
-                     "(not modelled)")
     state_match = bool(cache.exact_state_match) and inputs.local.state_bytes > 0
     replay = PrefixReplay(enabled=enabled, capacity_blocks=capacity_blocks, state_match=state_match)
     values, weights = workload.uncached_input_distribution(replay)
-    if enabled and two_pools and view == "local":
-        notes.append("deployment.router.cache_view=local: the router matches prefixes in the local pool only, so a "
-                     "prefix computed at PrfaaS counts as uncached there and its later turns tend to be "
-                     "offloaded again; the planner's lengths are after a match against every pool (not "
-                     "modelled: expect a larger offload fraction than planned on workloads with prefix hits)")
+    notes: list[str] = []
+    if enabled and _has_hits(workload, values, weights):
+        if capacity_blocks is not None:
+            notes.append(f"cache.capacity_tokens={cache.capacity_tokens}: planned as one LRU of {capacity_blocks} "
+                         f"blocks of {block} tokens" + (" (both clusters' pools)" if pools == 2 else "")
+                         + "; the emulator's pools also hold linear states and in-flight transfer blocks "
+                         "(not modelled)")
+        if two_pools and view == "local":
+            notes.append(f"deployment.router.cache_view=local{_LOCAL_WHY}")
+        elif two_pools and view == "global" and _router_flag(dep, "bandwidth_aware", default=False):
+            notes.append("deployment.router.bandwidth_aware=true: while the link is scarce the router matches the "
+                         f"local pool only{_LOCAL_WHY}")
     return PlannedLengths(np.asarray(values, dtype=float), np.asarray(weights, dtype=float), replay, tuple(notes))
+
+
+_LOCAL_WHY = (": a prefix computed at PrfaaS then counts as uncached and its later turns tend to be offloaded "
+              "again; the planner's lengths are after a match against every pool (not modelled: expect a larger "
+              "offload fraction than planned)")
+
+
+def _has_hits(workload: Any, values: np.ndarray, weights: np.ndarray) -> bool:
+    """Whether the replay removed any prefix: the law of whole prompts differs from the replayed one."""
+    whole_values, whole_weights = workload.uncached_input_distribution(PrefixReplay(enabled=False))
+    return not (np.array_equal(values, whole_values) and np.array_equal(weights, whole_weights))
