@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import InputError
-from harness.workload.prefix import PrefixCache, hit_tokens, replay_hits, uncached_input_tokens
+from harness.workload.prefix import (
+    PrefixCache,
+    PrefixReplay,
+    hit_tokens,
+    replay_hits,
+    replayed_input_tokens,
+    uncached_input_tokens,
+)
 from harness.workload.request import Request
 
 A, B, C, D = 101, 102, 103, 104
@@ -74,3 +81,18 @@ def test_replay_hits_in_order():
 def test_bad_capacity(capacity):
     with pytest.raises(InputError, match="capacity_blocks"):
         PrefixCache(capacity)
+
+
+def test_replayed_lengths_follow_the_emulators_pool():
+    """The planner's replay counts hits as a cluster's pool does: at least one token computed, nothing
+    with the cache off, and on a hybrid only up to a block where some request stored its state."""
+    reqs = [Request(0, 0.0, 1200, 1, (A, B, C)), Request(1, 1.0, 1300, 1, (A, B, D)),
+            Request(2, 2.0, 1500, 1, (A, B, D)), Request(3, 3.0, 100, 1, (C,))]
+    assert replayed_input_tokens(reqs, 512, PrefixReplay()).tolist() == [1200, 276, 1, 1]
+    assert replayed_input_tokens(reqs, 512, PrefixReplay(enabled=False)).tolist() == [1200, 1300, 1500, 100]
+    # every prompt here stores its state at its 2nd block (B): requests 1 and 2 may use their prefix up to B
+    # only, request 3's C was never a state block
+    assert replayed_input_tokens(reqs, 512, PrefixReplay(state_match=True)).tolist() == [1200, 276, 476, 100]
+    assert replayed_input_tokens([reqs[0], Request(1, 1.0, 1600, 1, (A, B, C, D))], 512,
+                                 PrefixReplay(state_match=True)).tolist() == [1200, 576]
+    assert replayed_input_tokens(reqs, 512, PrefixReplay(capacity_blocks=2)).tolist() == [1200, 1300, 1500, 100]
