@@ -55,6 +55,7 @@ def make_plan(cfg: DictConfig, inputs: SharedInputs | None = None) -> dict[str, 
     lengths = planned_lengths(cfg.workload, cfg.get("cache"), cfg.deployment, inputs)
     plan = plan_deployment(cfg.deployment, cfg.model, cfg.link, cfg.planner, lengths.values, lengths.weights,
                            mean_output_tokens(cfg.workload), inputs=inputs, notes=lengths.notes)
+    plan.notes += lengths.notes_for(plan)
     return plan.to_dict()
 
 

@@ -17,7 +17,7 @@ pool only; a prefix computed at PrfaaS is invisible to it, so the PrfaaS share d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,9 @@ from harness.deploy.schema import CacheConfig, DeploymentConfig
 from harness.errors import InputError, choices
 from harness.planner.configs import deployment_config, typed
 from harness.planner.inputs import SharedInputs
-from harness.workload import PrefixReplay, instantiate_workload
+from harness.planner.result import Plan
+from harness.workload import PrefixReplay, Request, instantiate_workload
+from harness.workload.prefix import ReplayPool
 
 DEFAULT_CACHE_VIEW = "global"  # the paper's: the global KVCache manager matches every cluster's pool
 
@@ -41,6 +43,16 @@ class PlannedLengths:
     weights: np.ndarray
     replay: PrefixReplay
     notes: tuple[str, ...] = ()
+    local_view: Callable[[float], float] | None = None  # t -> share offloaded by a router seeing the local pool
+
+    def notes_for(self, plan: Plan) -> list[str]:
+        """Notes that need the chosen threshold: the offload of the local view there, replayed."""
+        t = plan.threshold_tokens
+        if self.local_view is None or t is None:
+            return []
+        return [f"deployment.router.cache_view=local: replayed at the planned t={t:,.0f} with both clusters' "
+                f"pools, the router offloads {self.local_view(t):.3f} of requests (planned: "
+                f"{plan.offload_fraction:.3f})"]
 
 
 def cache_view(dep: DeploymentConfig) -> str | None:
@@ -90,6 +102,9 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
                          "(not modelled)")
         if two_pools and view == "local":
             notes.append(f"deployment.router.cache_view=local{_LOCAL_WHY}")
+            requests = workload.generate()  # the local view's capacity is already one pool's
+            return PlannedLengths(np.asarray(values, dtype=float), np.asarray(weights, dtype=float), replay,
+                                  tuple(notes), lambda t: local_view_offload(requests, block, replay, t))
         elif two_pools and view == "global" and _router_flag(dep, "bandwidth_aware", default=False):
             notes.append("deployment.router.bandwidth_aware=true: while the link is scarce the router matches the "
                          f"local pool only{_LOCAL_WHY}")
@@ -99,6 +114,19 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
 _LOCAL_WHY = (": a prefix computed at PrfaaS then counts as uncached and its later turns tend to be offloaded "
               "again; the planner's lengths are after a match against every pool (not modelled: expect a larger "
               "offload fraction than planned)")
+
+
+def local_view_offload(requests: Sequence[Request], block_tokens: int, replay: PrefixReplay,
+                       threshold_tokens: float) -> float:
+    """Share of requests a `cache_view=local` PrfaaS router offloads at `threshold_tokens`: the requests
+    replayed in order through two pools, each holding what its cluster prefilled, routed on `input - l_pd`."""
+    local, prfaas = ReplayPool(replay, block_tokens), ReplayPool(replay, block_tokens)
+    offloaded = 0
+    for r in requests:
+        remote = r.input_tokens - local.usable(r) > threshold_tokens
+        offloaded += remote
+        (prfaas if remote else local).insert(r)
+    return offloaded / max(len(requests), 1)
 
 
 def _has_hits(workload: Any, values: np.ndarray, weights: np.ndarray) -> bool:

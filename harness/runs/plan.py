@@ -84,6 +84,7 @@ def plan_all(cfg: DictConfig, base: Sequence[str] | None = None, names: Sequence
         values, weights = lengths.values, lengths.weights
         plans[name] = plan_deployment(dep, cfg.model, link, planner, values, weights, l_out, inputs=inputs,
                                       notes=lengths.notes)
+        plans[name].notes += lengths.notes_for(plans[name])
         if plans[name].service_time != "representative":  # the paper's formula too, for Table 6
             paper_inputs = dataclasses.replace(inputs, service_time="representative")
             paper[name] = plan_deployment(dep, cfg.model, link, paper_formula, values, weights, l_out,

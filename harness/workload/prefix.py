@@ -120,25 +120,46 @@ class PrefixReplay:
     state_match: bool = False
 
 
+class ReplayPool:
+    """One cluster's pool as the planner replays it (`PrefixReplay`): `usable` then `insert`, request by request."""
+
+    __slots__ = ("replay", "block_tokens", "_cache", "_states")
+
+    def __init__(self, replay: PrefixReplay, block_tokens: int) -> None:
+        self.replay, self.block_tokens = replay, block_tokens
+        self._cache = PrefixCache(replay.capacity_blocks) if replay.enabled else None
+        self._states: set[int] = set()  # blocks at which a state was stored (state_match only)
+
+    def usable(self, request: Request) -> int:
+        """Prompt tokens the prefill can skip; at least one token is left to compute."""
+        if self._cache is None:
+            return 0
+        ids = request.hash_ids
+        matched = self._cache.match(ids)
+        if self.replay.state_match:
+            matched = next((k + 1 for k in range(matched - 1, -1, -1) if ids[k] in self._states), 0)
+        return max(0, min(matched * self.block_tokens, request.input_tokens - 1))
+
+    def insert(self, request: Request) -> None:
+        if self._cache is None:
+            return
+        ids = request.hash_ids
+        if self.replay.state_match:
+            complete = min(len(ids), request.input_tokens // self.block_tokens)
+            if complete >= 1:
+                self._states.add(ids[complete - 1])
+        self._cache.insert(ids)
+
+
 def usable_prefix_tokens(requests: Sequence[Request], block_tokens: int, replay: PrefixReplay) -> np.ndarray:
     """Tokens each request can skip when the requests pass, in order, through one prefix cache."""
     out = np.zeros(len(requests), dtype=np.int64)
     if not replay.enabled:
         return out
-    cache = PrefixCache(replay.capacity_blocks)
-    states: set[int] = set()  # blocks at which a state was stored (state_match only)
+    pool = ReplayPool(replay, block_tokens)
     for i, r in enumerate(requests):
-        ids = r.hash_ids
-        matched = cache.match(ids)
-        if replay.state_match:
-            usable = next((k + 1 for k in range(matched - 1, -1, -1) if ids[k] in states), 0)
-            complete = min(len(ids), r.input_tokens // block_tokens)
-            if complete >= 1:
-                states.add(ids[complete - 1])
-        else:
-            usable = matched
-        out[i] = max(0, min(usable * block_tokens, r.input_tokens - 1))
-        cache.insert(ids)
+        out[i] = pool.usable(r)
+        pool.insert(r)
     return out
 
 
