@@ -38,6 +38,12 @@ class CacheConfig:
     exact_state_match: bool = True  # hybrids: a prefix is usable only where a linear state was stored
 
 
+# `router.cache_view` of the PrfaaS routers: whose prefix caches the router matches a prompt against.
+# A constant beside the schemas so the router and the planner (harness/planner/lengths.py) share it.
+# global: every cluster's pool (the paper's global KVCache manager), local: the local PD cluster's only.
+CACHE_VIEWS = ("global", "local")
+
+
 @dataclass
 class FaultsConfig:
     """Trouble on a schedule (run-clock seconds)."""

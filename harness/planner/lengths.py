@@ -23,16 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.deploy.router.base import CACHE_VIEWS
-from harness.deploy.schema import CacheConfig, DeploymentConfig
+from harness.deploy.schema import CACHE_VIEWS, CacheConfig, DeploymentConfig
 from harness.errors import InputError, choices
 from harness.planner.configs import deployment_config, typed
 from harness.planner.inputs import SharedInputs
 from harness.planner.result import Plan
 from harness.workload import PrefixReplay, Request, instantiate_workload
 from harness.workload.prefix import ReplayPool
-
-DEFAULT_CACHE_VIEW = "global"  # the paper's: the global KVCache manager matches every cluster's pool
 
 
 @dataclass(frozen=True)
@@ -50,8 +47,8 @@ class PlannedLengths:
         t = plan.threshold_tokens
         if self.local_view is None or t is None:
             return []
-        return [f"deployment.router.cache_view=local: replayed at the planned t={t:,.0f} with both clusters' "
-                f"pools, the router offloads {self.local_view(t):.3f} of requests (planned: "
+        return [f"deployment.router.cache_view=local: replayed at the planned t={t:,.0f} through the local "
+                f"pool, the router offloads {self.local_view(t):.3f} of requests (planned: "
                 f"{plan.offload_fraction:.3f})"]
 
 
@@ -94,6 +91,7 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
     replay = PrefixReplay(enabled=enabled, capacity_blocks=capacity_blocks, state_match=state_match)
     values, weights = workload.uncached_input_distribution(replay)
     notes: list[str] = []
+    local_view = None
     if enabled and _has_hits(workload, values, weights):
         if capacity_blocks is not None:
             notes.append(f"cache.capacity_tokens={cache.capacity_tokens}: planned as one LRU of {capacity_blocks} "
@@ -103,12 +101,14 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
         if two_pools and view == "local":
             notes.append(f"deployment.router.cache_view=local{_LOCAL_WHY}")
             requests = workload.generate()  # the local view's capacity is already one pool's
-            return PlannedLengths(np.asarray(values, dtype=float), np.asarray(weights, dtype=float), replay,
-                                  tuple(notes), lambda t: local_view_offload(requests, block, replay, t))
+
+            def local_view(t: float) -> float:
+                return local_view_offload(requests, block, replay, t)
         elif two_pools and view == "global" and _router_flag(dep, "bandwidth_aware", default=False):
             notes.append("deployment.router.bandwidth_aware=true: while the link is scarce the router matches the "
                          f"local pool only{_LOCAL_WHY}")
-    return PlannedLengths(np.asarray(values, dtype=float), np.asarray(weights, dtype=float), replay, tuple(notes))
+    return PlannedLengths(np.asarray(values, dtype=float), np.asarray(weights, dtype=float), replay, tuple(notes),
+                          local_view)
 
 
 _LOCAL_WHY = (": a prefix computed at PrfaaS then counts as uncached and its later turns tend to be offloaded "
@@ -119,13 +119,14 @@ _LOCAL_WHY = (": a prefix computed at PrfaaS then counts as uncached and its lat
 def local_view_offload(requests: Sequence[Request], block_tokens: int, replay: PrefixReplay,
                        threshold_tokens: float) -> float:
     """Share of requests a `cache_view=local` PrfaaS router offloads at `threshold_tokens`: the requests
-    replayed in order through two pools, each holding what its cluster prefilled, routed on `input - l_pd`."""
-    local, prfaas = ReplayPool(replay, block_tokens), ReplayPool(replay, block_tokens)
+    replayed in order, routed on `input - l_pd`, the local pool holding only what the local cluster prefilled."""
+    local = ReplayPool(replay, block_tokens)
     offloaded = 0
     for r in requests:
-        remote = r.input_tokens - local.usable(r) > threshold_tokens
-        offloaded += remote
-        (prfaas if remote else local).insert(r)
+        if r.input_tokens - local.usable(r) > threshold_tokens:
+            offloaded += 1
+        else:
+            local.insert(r)
     return offloaded / max(len(requests), 1)
 
 

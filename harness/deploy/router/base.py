@@ -15,10 +15,6 @@ from typing import NamedTuple, Protocol
 
 LOCAL = "local"
 PRFAAS = "prfaas"
-# Which clusters' prefix caches a router matches a prompt against (`router.cache_view`); the planner
-# reads the same option (harness/planner/lengths.py). global: every cluster's pool (the paper's global
-# KVCache manager), local: the local PD cluster's only.
-CACHE_VIEWS = ("global", "local")
 
 
 class RoutedRequest(NamedTuple):

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.deploy.router.base import (
-    CACHE_VIEWS,
     LOCAL,
     PRFAAS,
     ROUTE_LOCAL,
@@ -25,6 +24,7 @@ from harness.deploy.router.base import (
     RoutedRequest,
     ThresholdRouter,
 )
+from harness.deploy.schema import CACHE_VIEWS
 from harness.errors import require
 
 UNSET = "router.threshold_tokens is unset: the deployment builder configures it from the plan before routing"
