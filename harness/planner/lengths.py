@@ -47,7 +47,7 @@ class PlannedLengths:
         t = plan.threshold_tokens
         if self.local_view is None or t is None:
             return []
-        return [f"deployment.router.cache_view=local: replayed at the planned t={t:,.0f} through the local "
+        return [f"deployment.router's local cache view: replayed at the planned t={t:,.0f} through the local "
                 f"pool, the router offloads {self.local_view(t):.3f} of requests (planned: "
                 f"{plan.offload_fraction:.3f})"]
 
@@ -99,7 +99,8 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
                          + "; the emulator's pools also hold linear states and in-flight transfer blocks "
                          "(not modelled)")
         if two_pools and view == "local":
-            notes.append(f"deployment.router.cache_view=local{_LOCAL_WHY}")
+            why = "cache_view=local" if cache_view(dep) == "local" else "cache_transfer=false"
+            notes.append(f"deployment.router.{why}: the router matches the local pool only{_LOCAL_WHY}")
             requests = workload.generate()  # the local view's capacity is already one pool's
 
             def local_view(t: float) -> float:
@@ -111,7 +112,7 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
                           local_view)
 
 
-_LOCAL_WHY = (": a prefix computed at PrfaaS then counts as uncached and its later turns tend to be offloaded "
+_LOCAL_WHY = ("; a prefix computed at PrfaaS then counts as uncached and its later turns tend to be offloaded "
               "again; the planner's lengths are after a match against every pool (not modelled: expect a larger "
               "offload fraction than planned)")
 

@@ -62,6 +62,10 @@ def test_the_local_view_is_noted_and_the_global_one_is_not(lengths):
     local = lengths(updates={"deployment.router.cache_view": "local"})
     assert len(local.notes) == 1 and local.notes[0].startswith("deployment.router.cache_view=local: ")
     assert lengths(["deployment=homogeneous_pd"]).notes == ()  # one cluster: one pool, nothing to miss
+    no_fetch = lengths(["deployment=prfaas_dynamic"], {"deployment.router.cache_transfer": False}).notes
+    assert no_fetch[0].startswith("deployment.router.cache_transfer=false: the router matches the local pool only")
+    scarce = lengths(["deployment=prfaas_dynamic"]).notes  # bandwidth-aware: local while the link is scarce
+    assert scarce[0].startswith("deployment.router.bandwidth_aware=true: while the link is scarce")
 
 
 def test_an_unknown_cache_view_is_an_input_error(lengths):
