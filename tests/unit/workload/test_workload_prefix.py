@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import InputError
-from harness.workload.prefix import (
-    PrefixCache,
-    PrefixReplay,
-    hit_tokens,
-    replay_hits,
-    replayed_input_tokens,
-    uncached_input_tokens,
-)
+from harness.workload import PrefixReplay, replayed_input_tokens
+from harness.workload.prefix import PrefixCache, hit_tokens, replay_hits, uncached_input_tokens
 from harness.workload.request import Request
 
 A, B, C, D = 101, 102, 103, 104
