@@ -61,14 +61,20 @@ def python_prose(source: str) -> list[tuple[int, str]]:
     return out
 
 
-def markdown_links(text: str) -> list[str]:
-    """Relative link targets outside fenced code blocks (no scheme, not a bare #anchor), fragment dropped."""
+def markdown_links(text: str) -> list[tuple[str, str]]:
+    """(path, fragment) of each relative link outside fenced code blocks (no scheme; a bare #anchor's path is '')."""
     targets = []
     for target in LINK.findall(FENCE.sub("", text)):
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-            continue
-        targets.append(target.split("#", 1)[0])
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            path, _, fragment = target.partition("#")
+            targets.append((path, fragment))
     return targets
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", FENCE.sub("", text), re.MULTILINE)}
 
 
 def test_readme_is_short() -> None:
@@ -106,10 +112,17 @@ PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").
 
 @pytest.mark.parametrize("page", PAGES)
 def test_relative_links_resolve(page: str) -> None:
-    """Every relative link in the README and docs/ points at a file or folder that exists."""
+    """Every relative link in the README and docs/ points at a file or folder that exists, and at a
+    heading of that page when it names one."""
     path = ROOT / page
-    missing = [t for t in markdown_links(path.read_text(encoding="utf-8")) if t and not (path.parent / t).exists()]
-    assert missing == [], f"{page}: broken links {missing}"
+    broken = []
+    for target, fragment in markdown_links(path.read_text(encoding="utf-8")):
+        dest = path.parent / target if target else path
+        if not dest.exists():
+            broken.append(target)
+        elif fragment and dest.suffix == ".md" and fragment not in anchors(dest.read_text(encoding="utf-8")):
+            broken.append(f"{target}#{fragment}")
+    assert broken == [], f"{page}: broken links {broken}"
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -132,4 +145,10 @@ def test_yaml_comments_skip_quoted_hashes() -> None:
 def test_markdown_links_skip_code_and_urls() -> None:
     """Links inside fenced code, to URLs or to an anchor on the same page are not files."""
     text = "[a](docs/x.md#y) [b](https://e.org) [c](#top)\n```\n[d](nope.md)\n```\n![e](img.png)"
-    assert markdown_links(text) == ["docs/x.md", "img.png"]
+    assert markdown_links(text) == [("docs/x.md", "y"), ("", "top"), ("img.png", "")]
+
+
+def test_anchors_follow_github() -> None:
+    """Heading anchors as GitHub makes them, so links to a section are checked too."""
+    text = "# Top\n## harness-profile on the project's engine\n```\n# not a heading\n```\n### Sweeps on Ray\n"
+    assert anchors(text) == {"top", "harness-profile-on-the-projects-engine", "sweeps-on-ray"}
