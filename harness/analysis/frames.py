@@ -229,7 +229,7 @@ _SUMMARY_COUNTS = ("n_requests", "completed", "failed", "interrupted_requests", 
                    "abandoned_requests", "n_prfaas", "n_prefill", "n_decode", "seed", "concurrency",
                    "max_concurrency", "offered", "sim_events", "rebalances", "loadgen_requests_sent",
                    "vllm_max_concurrent_requests", "server_events", "server_stream_interval_tokens",
-                   "saturation_in_flight", "plan_n_prfaas", "plan_n_prefill", "plan_n_decode", "plan_bs_max")
+                   "saturation_in_flight", "plan_n_prfaas", "plan_n_prefill", "plan_n_decode", "plan_bs_max", "capacity_runs")
 SUMMARY_DTYPES: dict[str, str] = {**dict.fromkeys(_SUMMARY_TEXT, "string"), **dict.fromkeys(_SUMMARY_FLAGS, "boolean"),
                                   **dict.fromkeys(_SUMMARY_COUNTS, "Int64")}
 # Undeclared keys by their name's ending: text.
