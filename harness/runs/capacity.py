@@ -156,7 +156,7 @@ def search(cfg: Any, settings: SearchSettings | None = None, start_rps: float | 
 
     up = probe(start)
     for step in STEPS:  # bracket: step outwards from the estimate until the verdict flips
-        if math.isfinite(out.lo_rps) and math.isfinite(out.hi_rps) or not runs_left():
+        if (math.isfinite(out.lo_rps) and math.isfinite(out.hi_rps)) or not runs_left():
             break
         probe(start * step if up else start / step)
     while (math.isfinite(out.lo_rps) and math.isfinite(out.hi_rps) and out.hi_rps / out.lo_rps - 1 > settings.tolerance
