@@ -69,3 +69,30 @@ def test_the_search_is_sim_only(tmp_path):
     cfg = _cfg("mode=live", "loadgen.rate_rps=max")
     with pytest.raises(InputError, match="sim mode only"):
         run_search(cfg, tmp_path)
+
+
+def test_a_max_run_writes_its_probes_and_summary_and_the_report_reads_it(tmp_path):
+    """The run directory holds the run at the capacity, capacity_search.parquet and the capacity_* keys; the
+    report's capacity is the searched one, not the highest steady throughput of the sweep's runs."""
+    import json
+
+    import pandas as pd
+
+    from harness.analysis.metrics import capacity_rps
+    from harness.runs.assemble import run_into
+
+    cfg = _cfg(*MD1, "loadgen.rate_rps=max", "loadgen.capacity_search.min_requests=2000",
+               "loadgen.capacity_search.tolerance=0.1", "loadgen.progress=false")
+    cfg.out_dir = str(tmp_path)
+    summary = run_into(cfg, tmp_path)
+    probes = pd.read_parquet(tmp_path / "capacity_search.parquet")
+    assert len(probes) == summary["capacity_runs"] >= 2
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["capacity_rps"] == summary["capacity_rps"] == probes.loc[probes["stable"], "rate_rps"].max()
+    assert saved["offered_rps"] == pytest.approx(summary["capacity_rps"])  # the run at the capacity
+    assert isinstance(saved["capacity_warning"], str) and "capacity_closed_loop_gap" in saved
+    report = pd.DataFrame([{"deployment": "d", "steady_throughput_rps": 10.0, "capacity_rps": float("nan")},
+                           {"deployment": "d", "steady_throughput_rps": summary["steady_throughput_rps"],
+                            "capacity_rps": summary["capacity_rps"]}])
+    assert capacity_rps(report, "d") == summary["capacity_rps"]
+    assert capacity_rps(report.drop(columns="capacity_rps"), "d") == 10.0
