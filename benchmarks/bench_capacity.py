@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir
 from harness.analysis.metrics import steady_throughput_rps
 from harness.deploy.build import make_plan
 from harness.deploy.capacity import saturation_in_flight
-from harness.runs.capacity import SearchSettings, search, with_rate
+from harness.runs.capacity import SearchSettings, search, sized, with_rate
 from harness.runs.sim import run_sim
 from harness.schema import register_configs
 
@@ -65,9 +65,9 @@ def main() -> None:
             found = search(cfg, settings, say=lambda line: None)
             cpu = time.process_time() - began
             plan = make_plan(cfg)["lambda_max_rps"]
-            sized = with_rate(cfg, math.inf)
-            auto = int(saturation_in_flight(sized))
-            closed = [closed_loop(cfg, n) for n in (auto, 4 * auto, 2048)]
+            probe_cfg = sized(cfg, settings.min_requests)  # the closed loops offer the probes' requests
+            auto = int(saturation_in_flight(with_rate(probe_cfg, math.inf)))
+            closed = [closed_loop(probe_cfg, n) for n in (auto, 4 * auto, 2048)]
             cap = found.lo_rps
 
             def gap(value: float, cap: float = cap) -> str:
