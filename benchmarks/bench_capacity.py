@@ -24,8 +24,8 @@ from hydra import compose, initialize_config_dir
 
 from harness.analysis.metrics import steady_throughput_rps
 from harness.deploy.build import make_plan
-from harness.deploy.capacity import saturation_in_flight
 from harness.runs.capacity import SearchSettings, search, sized, with_rate
+from harness.runs.closed_loop import saturation_in_flight
 from harness.runs.sim import run_sim
 from harness.schema import register_configs
 

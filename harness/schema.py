@@ -16,7 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from harness.deploy.schema import CacheConfig, FaultsConfig, RebalancerConfig
+from harness.config.deployment import CacheConfig, FaultsConfig, RebalancerConfig
 from harness.errors import InputError, choices
 
 # Parts that own config groups; each module defines register(cs: ConfigStore) -> None.
@@ -24,7 +24,7 @@ _PARTS = (
     "harness.workload.schema",
     "harness.costmodel.schema",
     "harness.planner.schema",
-    "harness.deploy.schema",
+    "harness.config.deployment",
     "harness.analysis.schema",
     "harness.profiling.schema",
 )
