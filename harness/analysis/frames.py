@@ -122,6 +122,8 @@ REQUEST_EXTRA_DTYPES: dict[str, tuple[str, Any]] = {
     **{f"server_{k}": ("float64", None) for k in ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s",
                                                   "e2e_s", "prefill_s")},
     "server_error": ("string", None),
+    # a modelled KV hand-off (harness/deploy/handoff.py) or the testbed: save, time on the link, restore
+    "kv_save_s": ("float64", None), "kv_transfer_s": ("float64", None), "kv_restore_s": ("float64", None),
 }
 
 
