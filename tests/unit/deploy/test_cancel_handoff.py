@@ -56,7 +56,7 @@ def test_a_cancel_in_any_state_ends_in_one_record_and_frees_what_it_held(fake_pr
         clock, dep, w = _deployment(fake_profile)
         for i in (1, 2, 3):
             w.submit_at(0.0, Request(i, 0.0, 1000, 5))
-        clock.call_at(at, lambda: seen.add(_state(dep, w.jobs[rid])))  # before the cancel: same instant, first
+        clock.call_at(at, lambda dep=dep, w=w: seen.add(_state(dep, w.jobs[rid])))  # at the cancel's instant, first
         ok = w.cancel_at(at, rid)
         recs = w.finish()  # one record each
         others = [r for i, r in recs.items() if i != rid]

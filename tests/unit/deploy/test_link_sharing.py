@@ -50,7 +50,7 @@ def test_fair_at_full_efficiency_is_as_before():
 def test_the_counters_count_wire_bytes_and_egress_stays_at_the_set_rate():
     link, done = _four("fifo")
     assert link.bytes_sent == pytest.approx(4 * MB / EFF)
-    t, gbps, cap = link.egress_series(1.6, 0.4)
+    _, gbps, cap = link.egress_series(1.6, 0.4)
     assert list(gbps[:3]) == pytest.approx([0.2, 0.2, 0.2])  # the wire is full while anything is queued
     assert (gbps <= cap).all()
     assert gbps[3] * 0.4 == pytest.approx(0.2 * (done[3] - 1.2))  # the last bin: busy until the last ends
