@@ -21,6 +21,7 @@ from harness.deploy.router.homogeneous import HomogeneousRouter
 from harness.deploy.router.naive import NaiveRouter
 from harness.errors import InputError
 from harness.workload.request import Request
+from tests.unit.deploy.test_cancel import Watch
 
 # 1000 tokens: prefill 1.0 s; KV 1 MB + 192 + 16 x 1000 bytes; save 0.01 + 1e-5 x 1000; restore 0.005 + 2e-6 x 1000
 SAVE, RESTORE, NBYTES = 0.02, 0.007, 1_000_000 + 192 + 16 * 1000
@@ -40,10 +41,11 @@ def _naive(profile, handoff, *, gbps=0.08, efficiency=EFF, n_decode=1):
 
 
 def _run(clock, dep, requests):
+    """Records by request id, one each (`Watch.finish` checks)."""
+    watch = Watch(clock, dep)
     for r in requests:
-        clock.call_at(r.arrival_s, lambda r=r: dep.submit(r))
-    clock.run()
-    return {rec["request_id"]: rec for rec in dep.records}
+        watch.submit_at(r.arrival_s, r)
+    return watch.finish()
 
 
 def test_store_and_forward_one_transfer_is_prefill_save_link_restore_in_turn(fake_profile):
