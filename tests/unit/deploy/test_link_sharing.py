@@ -47,8 +47,9 @@ def test_fair_at_full_efficiency_is_as_before():
     assert [done[i] for i in range(4)] == pytest.approx([4 * MB / 25e6] * 4)  # 1.512 s
 
 
-def test_the_counters_count_wire_bytes_and_egress_stays_at_the_set_rate():
-    link, done = _four("fifo")
+@pytest.mark.parametrize("sharing", ["fifo", "fair"])
+def test_the_counters_count_wire_bytes_and_egress_stays_at_the_set_rate(sharing):
+    link, done = _four(sharing)
     assert link.bytes_sent == pytest.approx(4 * MB / EFF)
     _, gbps, cap = link.egress_series(1.6, 0.4)
     assert list(gbps[:3]) == pytest.approx([0.2, 0.2, 0.2])  # the wire is full while anything is queued
