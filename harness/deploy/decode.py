@@ -114,9 +114,7 @@ class DecodeInstance:
         self._enter(job)
 
     def _enter(self, job: Job) -> None:
-        """Join now if the batch is idle, else at the next step boundary."""
-        if job.abandoned:  # removed (cancelled) while its KV was restored
-            return
+        """Join now if the batch is idle, else at the next step boundary (`_join` skips a job cancelled by then)."""
         clock = self.clock
         now = clock.now()
         if not self._ends:  # an idle batch starts at once; else the job joins at the next step boundary
