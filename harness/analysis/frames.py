@@ -224,12 +224,13 @@ _SUMMARY_TEXT = ("deployment", "mode", "workload", "model", "served_model", "tar
                  "time_scale_warning", "loadgen_invalid_reason", "plan_deployment", "plan_model",
                  "plan_service_time", "plan_bound", "plan_notes", "saturation_in_flight_source",
                  "saturation_route", "saturation_counted_in", "saturation_warning", "run_dir", "run_name")
-_SUMMARY_FLAGS = ("interrupted", "loadgen_valid", "incomplete")
+_SUMMARY_FLAGS = ("interrupted", "loadgen_valid", "incomplete", "capacity_converged")
 _SUMMARY_COUNTS = ("n_requests", "completed", "failed", "interrupted_requests", "refused_requests",
                    "abandoned_requests", "n_prfaas", "n_prefill", "n_decode", "seed", "concurrency",
                    "max_concurrency", "offered", "sim_events", "rebalances", "loadgen_requests_sent",
                    "vllm_max_concurrent_requests", "server_events", "server_stream_interval_tokens",
-                   "saturation_in_flight", "plan_n_prfaas", "plan_n_prefill", "plan_n_decode", "plan_bs_max")
+                   "saturation_in_flight", "plan_n_prfaas", "plan_n_prefill", "plan_n_decode", "plan_bs_max",
+                   "capacity_runs")
 SUMMARY_DTYPES: dict[str, str] = {**dict.fromkeys(_SUMMARY_TEXT, "string"), **dict.fromkeys(_SUMMARY_FLAGS, "boolean"),
                                   **dict.fromkeys(_SUMMARY_COUNTS, "Int64")}
 # Undeclared keys by their name's ending: text.

@@ -135,7 +135,7 @@ class Link:
 
     @classmethod
     def from_config(cls, clock: Clock, cfg: Any) -> Link:
-        """Build from a `link` config node (`harness.deploy.schema.LinkConfig`; RTT in ms)."""
+        """Build from a `link` config node (`harness.config.deployment.LinkConfig`; RTT in ms)."""
         return cls(clock, cfg.capacity_gbps, rtt_s=link_inputs.number("rtt_ms", cfg.rtt_ms) / 1e3,
                    connections=cfg.connections,
                    per_connection_gbps=cfg.per_connection_gbps, loss_rate=cfg.loss_rate,

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.deployment import DeploymentConfig, LocalClusterConfig
 from harness.costmodel import InstanceProfile
 from harness.costmodel.nodes import number
-from harness.deploy.schema import DeploymentConfig, LocalClusterConfig
 from harness.errors import InputError
 from harness.planner.configs import deployment_config, fixed_threshold, link_config, planner_config
 from harness.planner.distribution import LengthDistribution
