@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.analysis.summary import summarize
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 from tests.sim.conftest import compose_cfg
 
 

@@ -41,8 +41,8 @@ harness.command_environment()  # before numpy and pyarrow load: measured as `pyt
 from hydra import compose, initialize_config_dir
 
 from harness import clock as clock_module
+from harness.runs.sim import run_sim
 from harness.schema import register_configs
-from harness.sim import run_sim
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 

@@ -161,8 +161,10 @@ def register_configs(config_name: str | None = None) -> None:
         from omegaconf import OmegaConf
 
         from harness.loadgen.settings import run_label
+        from harness.resources import help_config_groups
 
         OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
+        OmegaConf.register_new_resolver("harness_config_groups", help_config_groups, replace=True)  # --help pages
     for part in parts:
         if part not in _registered:
             importlib.import_module(part).register(cs)

@@ -19,7 +19,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,7 +339,7 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 
 def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read a Parquet file; if only its append parts exist (an interrupted run), read those."""
+    """Read a Parquet file; if only its parts exist (an interrupted run: harness/runs/recording.py), read those."""
     path = Path(path)
     if path.exists():
         return read_table(path)
@@ -349,39 +349,5 @@ def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
     raise InputError(f"no Parquet file at {path}")
 
 
-def _parts_dir(path: Path) -> Path:
-    return path.with_name(path.name + ".parts")
-
-
 def _parts(path: Path) -> list[Path]:
-    return sorted(_parts_dir(path).glob("part-*.parquet"))
-
-
-def append_records(
-    path: str | os.PathLike[str],
-    records: Iterable[Mapping[str, Any]] | pd.DataFrame,
-    frame: Callable[[Any], pd.DataFrame] = requests_frame,
-) -> Path:
-    """Append a batch of records to `path` as one more Parquet part (`<path>.parts/part-NNNNNN.parquet`).
-
-    Long runs call this every few thousand records so a crash loses one batch, not the run;
-    `consolidate(path)` then merges the parts into `path`.
-    """
-    path = Path(path)
-    existing = _parts(path)
-    index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
-    return write_parquet(frame(records), _parts_dir(path) / f"part-{index:06d}.parquet")
-
-
-def consolidate(path: str | os.PathLike[str], frame: Callable[[Any], pd.DataFrame] = requests_frame) -> pd.DataFrame:
-    """Merge the parts written by `append_records` into `path` (atomically) and delete the parts."""
-    path = Path(path)
-    parts = _parts(path)
-    if not parts:
-        raise InputError(f"no parts to consolidate in {_parts_dir(path)}")
-    df = frame(pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True))
-    write_parquet(df, path)
-    for part in parts:
-        part.unlink()
-    _parts_dir(path).rmdir()
-    return df
+    return sorted(path.with_name(path.name + ".parts").glob("part-*.parquet"))

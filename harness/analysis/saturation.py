@@ -193,7 +193,3 @@ def closed_loop_capacity(df: pd.DataFrame, warmup_fraction: float) -> ClosedLoop
                                      busy, weight is not None))
     rates = [r.rate_rps for r in per_route if math.isfinite(r.rate_rps)]
     return ClosedLoopCapacity(min(rates) if rates else rate, start, end, tuple(per_route), ran_out=ran_out)
-
-
-def closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:
-    return closed_loop_capacity(df, warmup_fraction).rate_rps

@@ -24,8 +24,8 @@ from harness.analysis.summary import summarize
 from harness.clock import VirtualClock
 from harness.costmodel import build_profile
 from harness.deploy.build import build
+from harness.runs.sim import run_sim
 from harness.schema import register_configs
-from harness.sim import run_sim
 from harness.workload import instantiate_workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -12,7 +12,7 @@ send those turns together; each test checks that first (the rule had something t
 from __future__ import annotations
 
 from harness.runs.closed_loop import predecessors
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 from harness.workload import build_workload
 
 from .conftest import compose_cfg
