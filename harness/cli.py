@@ -2,7 +2,7 @@
 
 With `-m` it is a suite: Hydra sweeps the parameters the experiment sets, each run writes its own
 directory, and the report callback summarises the sweep at the end (`report.parquet`, figures,
-a printed table). See README "Commands" and "Sweeps and figures".
+a printed table). See docs/reference/cli.md and docs/guides/configs-and-sweeps.md.
 """
 
 from __future__ import annotations
