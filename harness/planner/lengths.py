@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.deploy.schema import CACHE_VIEWS, CacheConfig, DeploymentConfig
+from harness.config.deployment import CACHE_VIEWS, CacheConfig, DeploymentConfig
 from harness.errors import InputError, choices
 from harness.planner.configs import deployment_config, typed
 from harness.planner.inputs import SharedInputs

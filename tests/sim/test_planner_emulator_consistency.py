@@ -16,8 +16,8 @@ import pytest
 from harness.analysis.summary import summarize
 from harness.clock import VirtualClock
 from harness.deploy.build import build
-from harness.deploy.capacity import saturation_in_flight
 from harness.errors import InputError
+from harness.runs.closed_loop import saturation_in_flight
 from harness.sim import run_sim
 
 from .conftest import compose_cfg

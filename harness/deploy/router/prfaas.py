@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.config.deployment import CACHE_VIEWS
 from harness.deploy.router.base import (
     LOCAL,
     PRFAAS,
@@ -24,7 +25,6 @@ from harness.deploy.router.base import (
     RoutedRequest,
     ThresholdRouter,
 )
-from harness.deploy.schema import CACHE_VIEWS
 from harness.errors import require
 
 UNSET = "router.threshold_tokens is unset: the deployment builder configures it from the plan before routing"
