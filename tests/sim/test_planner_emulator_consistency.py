@@ -18,7 +18,7 @@ from harness.clock import VirtualClock
 from harness.deploy.build import build
 from harness.errors import InputError
 from harness.runs.closed_loop import saturation_in_flight
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 from .conftest import compose_cfg
 
