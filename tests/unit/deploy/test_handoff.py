@@ -133,7 +133,7 @@ _DEFAULTS_SPELLED_OUT = ["deployment.kv_handoff=layerwise", "deployment.kv_save_
 
 
 def test_the_defaults_spelled_out_give_the_same_run_bit_for_bit(compose_cfg):
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     plain = run_sim(compose_cfg(_SHORT))
     spelled = run_sim(compose_cfg([*_SHORT, *_DEFAULTS_SPELLED_OUT]))
@@ -144,7 +144,7 @@ def test_the_defaults_spelled_out_give_the_same_run_bit_for_bit(compose_cfg):
 
 
 def test_a_store_and_forward_run_records_its_hand_off(compose_cfg):
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     run = run_sim(compose_cfg([*_SHORT, "deployment.kv_handoff=store_and_forward", "deployment.kv_save_s.base_s=0.5",
                                "link.sharing=fifo", "link.efficiency=0.9"]))
