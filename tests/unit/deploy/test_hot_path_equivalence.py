@@ -76,14 +76,14 @@ def test_a_sim_run_is_the_same_with_range_block_ids(compose_cfg, monkeypatch):
 
     cfg = compose_cfg(["workload.num_requests=400", "loadgen.rate_rps=3.0", "loadgen.progress=false"])
     seen: list[type] = []
-    build = RequestStream._build
+    build = RequestStream._chunks
 
-    def spy(self, lo, hi):
-        out = build(self, lo, hi)
-        seen.extend(type(r.hash_ids) for r in out[:1])
-        return out
+    def spy(self):
+        for out in build(self):
+            seen.extend(type(r.hash_ids) for r in out[:1])
+            yield out
 
-    monkeypatch.setattr(RequestStream, "_build", spy)
+    monkeypatch.setattr(RequestStream, "_chunks", spy)
     fast = run_sim(cfg)
     assert range in seen  # the fast path was taken
     monkeypatch.setattr(RequestStream, "ids_as_ranges", lambda self: None)
