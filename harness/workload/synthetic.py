@@ -17,7 +17,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed
 from harness.workload.lengths import Fixed
-from harness.workload.request import Request, make_request, n_blocks, unique_hash_ids
+from harness.workload.request import Request, make_request, n_blocks
 
 _LENGTH_METHODS = ("sample", "grid", "mean")
 _ARRIVAL_METHODS = ("offsets", "with_rate")
@@ -93,22 +93,29 @@ class RequestStream(Sequence[Request]):
         whose prefix pools forget blocks only counts them: HybridCachePool.forget_blocks)."""
         self._id_ranges = True
 
-    def _chunks(self) -> Iterator[list[Request]]:
+    def _chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(first request id, times, inputs, outputs, first block ids, block counts) per chunk of draws."""
         block_tokens, first_id, lo = self._workload.block_tokens, 0, 0
         inputs_it = self._lengths(self._workload.input_lengths, 0)
         outputs_it = self._lengths(self._workload.output_lengths, 1)
         for times, inputs, outputs in zip(self._times(), inputs_it, outputs_it, strict=False):
             k = times.size
             inputs, outputs = inputs[:k], outputs[:k]  # a cut chunk: its first k requests
-            hash_ids = unique_hash_ids(inputs, block_tokens, first_id, as_ranges=self._id_ranges)
-            first_id += int(np.sum(n_blocks(np.asarray(inputs, dtype=np.int64), block_tokens)))
-            yield [make_request(i, t, a, b, h) for i, t, a, b, h in
-                   zip(range(lo, lo + k), times.tolist(), inputs.tolist(), outputs.tolist(), hash_ids, strict=False)]
+            counts = np.asarray(n_blocks(np.asarray(inputs, dtype=np.int64), block_tokens), dtype=np.int64)
+            starts = first_id + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+            first_id += int(counts.sum())
+            yield lo, times, inputs, outputs, starts, counts
             lo += k
 
     def __iter__(self) -> Iterator[Request]:
-        for chunk in self._chunks():
-            yield from chunk
+        """The requests one at a time: the draws come a chunk at a time, but each `Request` (and its
+        block ids) is built only when read, so a live run's sends never wait on a whole chunk's."""
+        ranges = self._id_ranges
+        for lo, times, inputs, outputs, starts, counts in self._chunks():
+            for i, t, a, b, s, c in zip(itertools.count(lo), times.tolist(), inputs.tolist(), outputs.tolist(),
+                                        starts.tolist(), counts.tolist(), strict=False):
+                ids = cast(tuple[int, ...], range(s, s + c)) if ranges else tuple(range(s, s + c))  # see ids_as_ranges
+                yield make_request(i, t, a, b, ids)
 
     @overload
     def __getitem__(self, index: int) -> Request: ...
