@@ -107,6 +107,16 @@ class RequestStream(Sequence[Request]):
             yield lo, times, inputs, outputs, starts, counts
             lo += k
 
+    def column_chunks(self) -> Iterator[dict[str, np.ndarray]]:
+        """The requests as columns, a chunk at a time, without building them (a trace writer's fast path):
+        request_id, arrival_s, input_tokens, output_tokens (int64 / float64), and each request's block ids
+        as `first_hash_id` and `n_hash_ids` (its ids are that many consecutive integers)."""
+        for lo, times, inputs, outputs, starts, counts in self._chunks():
+            yield {"request_id": np.arange(lo, lo + times.size, dtype=np.int64), "arrival_s": times,
+                   "input_tokens": np.asarray(inputs, dtype=np.int64),
+                   "output_tokens": np.asarray(outputs, dtype=np.int64), "first_hash_id": starts,
+                   "n_hash_ids": counts}
+
     def __iter__(self) -> Iterator[Request]:
         """The requests one at a time: the draws come a chunk at a time, but each `Request` (and its
         block ids) is built only when read, so a live run's sends never wait on a whole chunk's."""
