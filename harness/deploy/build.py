@@ -26,7 +26,8 @@ from harness.deploy.router.base import ReplanningRouter
 from harness.errors import InputError, require
 from harness.planner import plan_deployment
 from harness.planner.inputs import SharedInputs, shared_inputs
-from harness.workload import build_workload, input_length_distribution, mean_output_tokens
+from harness.workload import input_length_distribution, mean_output_tokens
+from harness.workload.build import planner_requests
 
 
 @dataclass
@@ -49,7 +50,7 @@ def make_plan(cfg: DictConfig, inputs: SharedInputs | None = None) -> dict[str, 
     or whole prompts for a cache-blind router (`router.cache_aware: false`), as its operator would."""
     router = cfg.deployment.router
     if router is not None and router.get("cache_aware", True) is False:
-        values = np.array([r.input_tokens for r in build_workload(cfg.workload)], dtype=float)
+        values = np.array([r.input_tokens for r in planner_requests(cfg.workload)], dtype=float)  # bounded
         weights = np.ones_like(values)
     else:
         values, weights = input_length_distribution(cfg.workload)

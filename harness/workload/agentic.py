@@ -15,6 +15,7 @@ P system prompts, whose complete blocks have the same ids in every session that 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any, cast
@@ -28,6 +29,7 @@ from harness.workload.request import Request, n_blocks
 
 _LENGTH = ("sample", "mean")
 _CHUNK = 256  # sessions per seeded chunk
+PLANNER_SAMPLE_REQUESTS = 100_000  # requests the planner's length statistics read at most (~1 KB each)
 
 
 class AgenticWorkload:
@@ -157,12 +159,23 @@ class AgenticWorkload:
             previous, previous_input = ids, int(inputs[i])
         return out
 
+    def planner_sample(self) -> list[Request]:
+        """The requests the planner's statistics read: the first PLANNER_SAMPLE_REQUESTS by arrival (all
+        of them when fewer), at the workload's own rate. They are the first requests of the whole
+        workload (the same sessions, lengths and times; fresh block ids are numbered among them alone,
+        which changes no prefix hit), so the statistics cost that sample's memory, not num_requests'."""
+        sample = self
+        if cast(int, self.num_requests) > PLANNER_SAMPLE_REQUESTS:
+            sample = copy.copy(self)
+            sample.num_requests = PLANNER_SAMPLE_REQUESTS
+        return sample.generate()
+
     def uncached_input_distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        """Incremental prompt lengths of the generated requests under an unbounded prefix cache."""
-        return empirical(uncached_input_tokens(self.generate(), self.block_tokens))
+        """Incremental prompt lengths of the planner's sample under an unbounded prefix cache."""
+        return empirical(uncached_input_tokens(self.planner_sample(), self.block_tokens))
 
     def mean_output_tokens(self) -> float:
-        return float(np.mean([r.output_tokens for r in self.generate()]))
+        return float(np.mean([r.output_tokens for r in self.planner_sample()]))
 
 
 def _rng(entropy: int | Sequence[int] | None, stream: int) -> np.random.Generator:

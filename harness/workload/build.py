@@ -6,6 +6,7 @@ functions accept a DictConfig, a plain mapping, or an already-built workload obj
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.errors import InputError
+from harness.workload.agentic import PLANNER_SAMPLE_REQUESTS
 from harness.workload.base import Workload
 from harness.workload.request import Request
 
@@ -57,6 +59,17 @@ def instantiate_workload(workload_cfg: Any) -> Workload:
 def build_workload(workload_cfg: Any, rate_rps: float | None = None) -> list[Request]:
     """The workload's requests; `rate_rps`, when given, replaces its arrival process's mean rate."""
     return instantiate_workload(workload_cfg).generate(rate_rps)
+
+
+def planner_requests(workload_cfg: Any) -> list[Request]:
+    """The requests a planner reads lengths from, bounded whatever `num_requests`: a synthetic workload's
+    first PLANNER_SAMPLE_REQUESTS, an agentic one's sample (AgenticWorkload.planner_sample), a trace's
+    rows (held in memory anyway)."""
+    workload = instantiate_workload(workload_cfg)
+    if getattr(workload, "streams_as_generated", False):
+        return list(itertools.islice(cast(Any, workload).stream(), PLANNER_SAMPLE_REQUESTS))
+    sample = getattr(workload, "planner_sample", None)
+    return cast(list[Request], sample()) if callable(sample) else workload.generate()
 
 
 def input_length_distribution(workload_cfg: Any) -> tuple[np.ndarray, np.ndarray]:
