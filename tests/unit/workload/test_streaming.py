@@ -71,12 +71,11 @@ def test_stream_index_out_of_range():
     assert stream[-3] == next(iter(stream))
 
 
-def test_stream_keeps_only_numbers_until_read():
-    """The stream holds the draws as arrays, not the Request objects (that is its memory bound)."""
+def test_stream_holds_no_draws_until_read():
+    """The stream keeps no arrays nor lists: a read draws a chunk at a time (that is its memory bound)."""
     stream = SyntheticWorkload(**PAPER, arrivals=Poisson(2.0), num_requests=20_000, seed=0).stream()
-    held = [v for v in vars(stream).values() if isinstance(v, np.ndarray)]
-    assert sum(a.nbytes for a in held) <= 40 * 20_000
-    assert not any(isinstance(v, list) for v in vars(stream).values())
+    assert not any(isinstance(v, (np.ndarray, list)) for v in vars(stream).values())
+    assert len(stream) == 20_000 and not any(isinstance(v, (np.ndarray, list)) for v in vars(stream).values())
 
 
 @pytest.mark.parametrize("arrivals", [Poisson(2.0), Gamma(2.0, 3.0), Constant(2.0)],
