@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -129,6 +130,9 @@ class AgenticWorkload:
         raise InputError(f"workload {self.name!r}: could not draw {n} requests (sessions too short?)")
 
     def generate(self, rate_rps: float | None = None) -> list[Request]:
+        """The first num_requests requests, built whole: their order across sessions needs every session
+        drawn (~1 KB a request, measured on the `agentic` workload); refused at once if that cannot fit."""
+        _check_fits(self.name, cast(int, self.num_requests))
         table, times, chosen = self._select(rate_rps)
         hash_ids = self._hash_ids(table, np.sort(chosen))
         return [Request(rid, float(times[i]), int(table["input"][i]), int(table["output"][i]), hash_ids[i],
@@ -176,6 +180,22 @@ class AgenticWorkload:
 
     def mean_output_tokens(self) -> float:
         return float(np.mean([r.output_tokens for r in self.planner_sample()]))
+
+
+_BYTES_PER_REQUEST = 1024  # an agentic request with its block ids and the draws behind it (measured: ~1 KB)
+
+
+def _check_fits(name: str, n: int) -> None:
+    """One line instead of a machine run out of memory: agentic sessions are generated whole."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system that says: no check
+        return
+    if physical > 0 and n * _BYTES_PER_REQUEST > physical:
+        raise InputError(f"workload {name!r}: num_requests={n} agentic requests are generated whole (~1 KB each, "
+                         f"~{n * _BYTES_PER_REQUEST / 2**30:,.0f} GiB) and this machine has "
+                         f"{physical / 2**30:,.0f} GiB; lower workload.num_requests (a duration limit does not "
+                         f"shorten agentic sessions' generation)")
 
 
 def _rng(entropy: int | Sequence[int] | None, stream: int) -> np.random.Generator:
