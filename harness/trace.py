@@ -15,9 +15,12 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import ArgumentParser, InputError, run_command
+
+if TYPE_CHECKING:
+    from harness.workload.request import Request
 
 _log = logging.getLogger("harness.trace")
 
@@ -107,6 +110,7 @@ def _generate(args: argparse.Namespace) -> None:
     from harness.schema import register_configs
     from harness.workload.build import instantiate_workload
     from harness.workload.formats import detect_format, write_trace
+    from harness.workload.formats.parquet import ROW_GROUP_ROWS
     from harness.workload.trace_workload import TraceWorkload
 
     out_fmt = detect_format(args.output, args.output_format)
@@ -118,9 +122,12 @@ def _generate(args: argparse.Namespace) -> None:
         workload = instantiate_workload(cfg.workload)
     except (HydraException, OmegaConfBaseException) as err:
         raise InputError(" ".join(str(err).split())) from err
+    requests: Sequence[Request]
     if isinstance(workload, TraceWorkload):
         requests, report = workload.load(rate_rps)
         _note(report.lines())
+    elif getattr(workload, "streams_as_generated", False):  # drawn as it is written: memory of a chunk
+        requests = cast(Any, workload).stream(rate_rps, chunk=ROW_GROUP_ROWS)
     else:
         requests = workload.generate(rate_rps)
     write_trace(requests, args.output, out_fmt)

@@ -101,7 +101,7 @@ def planned_lengths(workload_cfg: Any, cache_cfg: Any, deployment_cfg: Any, inpu
         if two_pools and view == "local":
             why = "cache_view=local" if cache_view(dep) == "local" else "cache_transfer=false"
             notes.append(f"deployment.router.{why}: the router matches the local pool only{_LOCAL_WHY}")
-            requests = workload.generate()  # the local view's capacity is already one pool's
+            requests = getattr(workload, "planner_sample", workload.generate)()  # bounded (agentic: a sample)
 
             def local_view(t: float) -> float:
                 return local_view_offload(requests, block, replay, t)

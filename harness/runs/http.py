@@ -99,7 +99,7 @@ def _row_sink(streams: dict[str, RecordStream], stop: asyncio.Event):
 
 
 async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResult:
-    offer = make_offer(cfg)
+    offer = make_offer(cfg, stream=True)  # a lazy stream where it can: memory follows what is sent
     server = None
     if live:
         # deploy/costmodel only when emulating

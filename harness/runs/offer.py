@@ -37,23 +37,29 @@ def offered_rate(requests: Sequence[Request], rate_rps: float | None, concurrenc
                  max_duration_s: float | None = None) -> float:
     """The offered rate: the configured one, else (open loop) (n - 1) / span of the arrivals offered:
     those at or before `max_duration_s` when set (sim and HTTP runs offer no later one). The arrivals
-    are in order, so the last one offered is found by bisection: a lazy sequence (make_offer's
-    `stream=True`) builds a few dozen requests, not the workload."""
+    are in order, so the last one offered is found by bisection; a lazy stream (make_offer's
+    `stream=True`, already cut at `max_duration_s`) counts its arrival draws instead of building requests."""
     offered = rate_rps
     if offered is None and concurrency is None:
-        n = len(requests) if max_duration_s is None else \
-            bisect.bisect_right(requests, max_duration_s, key=lambda r: r.arrival_s)
+        span = getattr(requests, "span", None)
+        if callable(span):
+            n, first, last = span()
+        else:
+            n = len(requests) if max_duration_s is None else \
+                bisect.bisect_right(requests, max_duration_s, key=lambda r: r.arrival_s)
+            first, last = (requests[0].arrival_s, requests[n - 1].arrival_s) if n else (math.nan, math.nan)
         if n > 1:
-            span = requests[n - 1].arrival_s - requests[0].arrival_s
-            offered = (n - 1) / span if span > 0 else math.nan
+            offered = (n - 1) / (last - first) if last > first else math.nan
     return float(offered) if offered is not None else math.nan
 
 
 def make_offer(cfg: Any, stream: bool = False) -> Offer:
     """Check `loadgen.*`, build the workload and say how to offer it (one bad value: one line, exit 2).
 
-    `stream=True` (sim runs): the requests are a lazy sequence built a chunk at a time as they are
-    read, when the workload can and no ramp is set (the same requests either way)."""
+    `stream=True`: the requests are a lazy sequence drawn and built a chunk at a time as they are
+    read, when the workload can and no ramp is set (the same requests either way); an open loop's
+    ends at its last arrival at or before `loadgen.max_duration_s`, so memory follows what is sent,
+    not `workload.num_requests`."""
     lg = cfg.loadgen
     require(lg.rate_rps is None or lg.rate_rps > 0,
             f"loadgen.rate_rps must be > 0 (or null for the workload's own rate), got {lg.rate_rps}")
@@ -72,7 +78,8 @@ def make_offer(cfg: Any, stream: bool = False) -> Offer:
     workload = instantiate_workload(cfg.workload)
     # A saturation run reads the requests twice (which turn continues which): a list.
     lazy = stream and not ramp_up_s and not saturate and bool(getattr(workload, "streams_as_generated", False))
-    requests = cast(Any, workload).stream(rate) if lazy else build_workload(workload, rate_rps=rate)
+    until_s = lg.max_duration_s if concurrency is None else None  # a closed loop's arrival times are not used
+    requests = cast(Any, workload).stream(rate, until_s=until_s) if lazy else build_workload(workload, rate_rps=rate)
     require(len(requests) > 0, f"workload {cfg.workload.name!r} produced no requests")
     if not lazy:
         requests = apply_ramp(requests, ramp_up_s, lg_get(cfg, "ramp_up_start_fraction", 0.0),

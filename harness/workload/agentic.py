@@ -15,7 +15,9 @@ P system prompts, whose complete blocks have the same ids in every session that 
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -28,6 +30,7 @@ from harness.workload.request import Request, n_blocks
 
 _LENGTH = ("sample", "mean")
 _CHUNK = 256  # sessions per seeded chunk
+PLANNER_SAMPLE_REQUESTS = 100_000  # requests the planner's length statistics read at most (~1 KB each)
 
 
 class AgenticWorkload:
@@ -127,6 +130,9 @@ class AgenticWorkload:
         raise InputError(f"workload {self.name!r}: could not draw {n} requests (sessions too short?)")
 
     def generate(self, rate_rps: float | None = None) -> list[Request]:
+        """The first num_requests requests, built whole: their order across sessions needs every session
+        drawn (~1 KB a request, measured on the `agentic` workload); refused at once if that cannot fit."""
+        _check_fits(self.name, cast(int, self.num_requests))
         table, times, chosen = self._select(rate_rps)
         hash_ids = self._hash_ids(table, np.sort(chosen))
         return [Request(rid, float(times[i]), int(table["input"][i]), int(table["output"][i]), hash_ids[i],
@@ -157,15 +163,43 @@ class AgenticWorkload:
             previous, previous_input = ids, int(inputs[i])
         return out
 
+    def planner_sample(self) -> list[Request]:
+        """The requests the planner's statistics read: the first PLANNER_SAMPLE_REQUESTS by arrival (all
+        of them when fewer), at the workload's own rate. They are the first requests of the whole
+        workload (the same sessions, lengths and times; fresh block ids are numbered among them alone,
+        which changes no prefix hit), so the statistics cost that sample's memory, not num_requests'."""
+        sample = self
+        if cast(int, self.num_requests) > PLANNER_SAMPLE_REQUESTS:
+            sample = copy.copy(self)
+            sample.num_requests = PLANNER_SAMPLE_REQUESTS
+        return sample.generate()
+
     def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Incremental prompt lengths of the generated requests under an unbounded prefix cache, or the
+        """Incremental prompt lengths of the planner's sample under an unbounded prefix cache, or the
         cache `replay` describes."""
+        sample = self.planner_sample()
         if replay is not None:
-            return empirical(replayed_input_tokens(self.generate(), self.block_tokens, replay))
-        return empirical(uncached_input_tokens(self.generate(), self.block_tokens))
+            return empirical(replayed_input_tokens(sample, self.block_tokens, replay))
+        return empirical(uncached_input_tokens(sample, self.block_tokens))
 
     def mean_output_tokens(self) -> float:
-        return float(np.mean([r.output_tokens for r in self.generate()]))
+        return float(np.mean([r.output_tokens for r in self.planner_sample()]))
+
+
+_BYTES_PER_REQUEST = 1024  # an agentic request with its block ids and the draws behind it (measured: ~1 KB)
+
+
+def _check_fits(name: str, n: int) -> None:
+    """One line instead of a machine run out of memory: agentic sessions are generated whole."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system that says: no check
+        return
+    if physical > 0 and n * _BYTES_PER_REQUEST > physical:
+        raise InputError(f"workload {name!r}: num_requests={n} agentic requests are generated whole (~1 KB each, "
+                         f"~{n * _BYTES_PER_REQUEST / 2**30:,.0f} GiB) and this machine has "
+                         f"{physical / 2**30:,.0f} GiB; lower workload.num_requests (a duration limit does not "
+                         f"shorten agentic sessions' generation)")
 
 
 def _rng(entropy: int | Sequence[int] | None, stream: int) -> np.random.Generator:

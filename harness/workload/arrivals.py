@@ -1,7 +1,8 @@
 """Open-loop arrival processes: when each request is sent, as offsets from the start of the run.
 
 Each process has `offsets(n, rng)` (absolute, non-decreasing offsets in seconds; the first
-request arrives at 0) and `with_rate(rate_rps)`, a copy at another mean rate. That is how
+request arrives at 0), `offset_chunks(n, rng, chunk)` (the same offsets a piece at a time, so a
+long workload never holds them all) and `with_rate(rate_rps)`, a copy at another mean rate. That is how
 `loadgen.rate_rps` sweeps one workload over offered loads without changing its lengths.
 Closed-loop concurrency is not an arrival process; the load generator handles it.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,21 @@ def _from_gaps(gaps: np.ndarray) -> np.ndarray:
     return np.concatenate(([0.0], np.cumsum(gaps[:-1]))) if len(gaps) else np.zeros(0)
 
 
+def _chunks_from_gaps(draw: Callable[[int, np.random.Generator], np.ndarray], n: int, rng: np.random.Generator,
+                      chunk: int) -> Iterator[np.ndarray]:
+    """`_from_gaps(draw(n, rng))` a chunk at a time, to the last bit.
+
+    Implementation note: numpy draws each gap from the generator in turn, so `chunk` gaps at a time
+    are the same gaps; the running sum restarts from the carried offset (`[carry, g0, g1, ...]`
+    accumulated left to right, as np.cumsum does), so every offset is the same sum in the same order.
+    """
+    carry = 0.0
+    for lo in range(0, n, chunk):
+        summed = np.cumsum(np.concatenate(([carry], draw(min(chunk, n - lo), rng))))
+        carry = float(summed[-1])
+        yield summed[:-1]
+
+
 @dataclass(frozen=True)
 class Poisson:
     """Exponential inter-arrival gaps at `rate_rps` (inter-arrival CV 1)."""
@@ -39,7 +56,14 @@ class Poisson:
         object.__setattr__(self, "rate_rps", _check_rate("Poisson", self.rate_rps))
 
     def offsets(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return _from_gaps(rng.exponential(1.0 / self.rate_rps, size=n))
+        return _from_gaps(self._gaps(n, rng))
+
+    def offset_chunks(self, n: int, rng: np.random.Generator, chunk: int) -> Iterator[np.ndarray]:
+        """`offsets(n, rng)` in consecutive pieces of at most `chunk` (the same values)."""
+        return _chunks_from_gaps(self._gaps, n, rng, chunk)
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.exponential(1.0 / self.rate_rps, size=n)
 
     def with_rate(self, rate_rps: float) -> Poisson:
         return Poisson(rate_rps)
@@ -64,8 +88,15 @@ class Gamma:
         object.__setattr__(self, "cv", float(self.cv))
 
     def offsets(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return _from_gaps(self._gaps(n, rng))
+
+    def offset_chunks(self, n: int, rng: np.random.Generator, chunk: int) -> Iterator[np.ndarray]:
+        """`offsets(n, rng)` in consecutive pieces of at most `chunk` (the same values)."""
+        return _chunks_from_gaps(self._gaps, n, rng, chunk)
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
         shape = 1.0 / (self.cv * self.cv)
-        return _from_gaps(rng.gamma(shape, 1.0 / (self.rate_rps * shape), size=n))
+        return rng.gamma(shape, 1.0 / (self.rate_rps * shape), size=n)
 
     def with_rate(self, rate_rps: float) -> Gamma:
         return Gamma(rate_rps, self.cv)
@@ -82,6 +113,11 @@ class Constant:
 
     def offsets(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return np.arange(n, dtype=np.float64) / self.rate_rps
+
+    def offset_chunks(self, n: int, rng: np.random.Generator, chunk: int) -> Iterator[np.ndarray]:
+        """`offsets(n, rng)` in consecutive pieces of at most `chunk` (the same values)."""
+        for lo in range(0, n, chunk):
+            yield np.arange(lo, min(lo + chunk, n), dtype=np.float64) / self.rate_rps
 
     def with_rate(self, rate_rps: float) -> Constant:
         return Constant(rate_rps)

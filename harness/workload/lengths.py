@@ -1,7 +1,9 @@
 """Token-length distributions: sampled for traces, discretised exactly for the planner.
 
 Each distribution has `sample(n, rng)` (integer token counts), `mean()` and `grid(n_points)`, a
-discretisation `(values, weights)` of the exact distribution whose weights sum to 1. The planner
+discretisation `(values, weights)` of the exact distribution whose weights sum to 1. `chunkable`
+(True for all of these) promises that `sample(a, rng)` then `sample(b, rng)` gives `sample(a + b, rng)`:
+each value takes its own draws, so a long workload may draw its lengths a chunk at a time. The planner
 integrates over the grid (P(L>t), E[L|L>t]) instead of sampling, so its figures carry no sampling
 noise. Configs build them through `_target_`; constructors validate and raise InputError.
 """
@@ -78,6 +80,8 @@ class TruncatedLogNormal:
     far less than a token).
     """
 
+    chunkable = True
+
     def __init__(self, mu: float, sigma: float, low: float, high: float) -> None:
         if not (math.isfinite(mu) and math.isfinite(sigma) and sigma > 0):
             raise InputError(f"TruncatedLogNormal.sigma must be > 0 and mu finite, got mu={mu!r}, sigma={sigma!r}")
@@ -133,6 +137,8 @@ class TruncatedLogNormal:
 class Fixed:
     """Every request has exactly `value` tokens (the paper's output length: 1024)."""
 
+    chunkable = True
+
     def __init__(self, value: int) -> None:
         self.value = _positive_int("Fixed", "value", value)
 
@@ -151,6 +157,8 @@ class Fixed:
 
 class Uniform:
     """Integers uniform on [low, high], both included."""
+
+    chunkable = True
 
     def __init__(self, low: int, high: int) -> None:
         self.low = _positive_int("Uniform", "low", low)
@@ -177,6 +185,8 @@ class Uniform:
 
 class Empirical:
     """Draws from a list of observed lengths (optionally weighted), e.g. a measured histogram."""
+
+    chunkable = True
 
     def __init__(self, values: Sequence[int], weights: Sequence[float] | None = None) -> None:
         vals = [_positive_int("Empirical", "values[]", v) for v in values]

@@ -7,63 +7,126 @@ them) so caches and prompt builders treat it like any trace.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
 from harness.errors import InputError
-from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed, streams
+from harness.workload.base import check_block_tokens, check_has, check_num_requests, check_seed
 from harness.workload.lengths import Fixed
 from harness.workload.prefix import PrefixReplay
-from harness.workload.request import Request, make_request, n_blocks, unique_hash_ids
+from harness.workload.request import Request, make_request, n_blocks
 
 _LENGTH_METHODS = ("sample", "grid", "mean")
 _ARRIVAL_METHODS = ("offsets", "with_rate")
 
 
 class RequestStream(Sequence[Request]):
-    """A synthetic workload's requests, built a chunk at a time as they are read (bounded memory).
+    """A synthetic workload's requests, drawn and built a chunk at a time as they are read.
 
-    The draws are the workload's own (the same calls on the same generators as `generate`), kept
-    as three numeric arrays (14 bytes a request on the paper workload: lengths in the smallest integer
-    type that holds them); the `Request` objects and their hash_ids tuples, ~100x that, exist only for
-    the chunk being read. Indexing builds one request on demand.
+    Memory is one chunk's draws and requests, whatever `n`: the lengths and the arrival gaps are
+    drawn `chunk` at a time from the workload's own generators (the same values as one draw of all
+    `n`: `chunkable` lengths, arrival processes with `offset_chunks`; any other is drawn whole, once
+    per read, and costs memory in proportion). With `until_s` the stream ends before its first
+    arrival past it: a run cut at `loadgen.max_duration_s` never draws the requests it cannot send.
+    Each read starts from the seed again, so the stream can be read any number of times.
     """
 
-    def __init__(self, times: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, block_tokens: int,
-                 chunk: int = 10_000) -> None:
-        self._times, self._inputs, self._outputs = times, _narrow(inputs), _narrow(outputs)
-        self._block_tokens, self._chunk = block_tokens, max(1, int(chunk))
+    sorted_by_arrival = True  # offsets are non-decreasing and ids increase: no consumer needs to sort
+
+    def __init__(self, workload: SyntheticWorkload, arrivals: Any, chunk: int = 10_000,
+                 until_s: float | None = None) -> None:
+        self._workload, self._arrivals = workload, arrivals
+        self._n, self._chunk, self._until_s = cast(int, workload.num_requests), max(1, int(chunk)), until_s
+        # One entropy for every read (seed None: fresh once, then the same on each read).
+        self._entropy = np.random.SeedSequence(workload.seed).entropy
         self._id_ranges = False  # see ids_as_ranges
-        counts = np.asarray(n_blocks(inputs.astype(np.int64), block_tokens), dtype=np.int64)
-        # The first block id of each chunk only (a request's is its chunk's plus the blocks before it).
-        self._chunk_first_ids = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)[::self._chunk].copy()
+        self._span: tuple[int, float, float] | None = None  # (count, first, last arrival): see span
+
+    def _rng(self, k: int) -> np.random.Generator:
+        """Child k of the seed: the generator `streams(seed, 3)[k]` gives."""
+        return np.random.default_rng(np.random.SeedSequence(self._entropy, spawn_key=(k,)))
+
+    def _lengths(self, dist: Any, k: int) -> Iterator[np.ndarray]:
+        rng = self._rng(k)
+        if getattr(dist, "chunkable", False):
+            for lo in range(0, self._n, self._chunk):
+                yield np.asarray(dist.sample(min(self._chunk, self._n - lo), rng))
+        else:  # a distribution of the user's own: one draw of all n (the only one known to give its values)
+            values = np.asarray(dist.sample(self._n, rng))
+            for lo in range(0, self._n, self._chunk):
+                yield values[lo:lo + self._chunk]
+
+    def _times(self) -> Iterator[np.ndarray]:
+        """The arrival offsets in chunks, ended (a chunk cut short) before the first past `until_s`."""
+        rng, chunk = self._rng(2), self._chunk
+        if callable(getattr(self._arrivals, "offset_chunks", None)):
+            pieces: Iterator[np.ndarray] = self._arrivals.offset_chunks(self._n, rng, chunk)
+        else:
+            whole = np.asarray(self._arrivals.offsets(self._n, rng), dtype=np.float64)
+            pieces = (whole[lo:lo + chunk] for lo in range(0, self._n, chunk))
+        for times in pieces:
+            times = np.asarray(times, dtype=np.float64)
+            if self._until_s is not None and times.size and times[-1] > self._until_s:
+                yield times[:int(np.searchsorted(times, self._until_s, side="right"))]
+                return
+            yield times
+
+    def span(self) -> tuple[int, float, float]:
+        """(requests, first arrival, last arrival) of the stream, from the arrival draws alone (cached)."""
+        if self._span is None:
+            count, first, last = 0, math.nan, math.nan
+            for times in self._times():
+                if times.size:
+                    first = float(times[0]) if count == 0 else first
+                    count, last = count + times.size, float(times[-1])
+            self._span = (count, first, last)
+        return self._span
 
     def __len__(self) -> int:
-        return len(self._times)
-
-    def _build(self, lo: int, hi: int) -> list[Request]:
-        hash_ids = unique_hash_ids(self._inputs[lo:hi], self._block_tokens, self._first_id(lo) if hi > lo else 0,
-                                   as_ranges=self._id_ranges)
-        return [make_request(i, t, a, b, h) for i, t, a, b, h in
-                zip(range(lo, hi), self._times[lo:hi].tolist(), self._inputs[lo:hi].tolist(),
-                    self._outputs[lo:hi].tolist(), hash_ids, strict=False)]
+        return self._n if self._until_s is None else self.span()[0]
 
     def ids_as_ranges(self) -> None:
         """From now on each request's hash_ids is a `range` of the same ids, not a tuple (a sim run
         whose prefix pools forget blocks only counts them: HybridCachePool.forget_blocks)."""
         self._id_ranges = True
 
-    def _first_id(self, i: int) -> int:
-        """The first block id of request i: its chunk's, plus the blocks of the requests before it there."""
-        start = i - i % self._chunk
-        before = n_blocks(self._inputs[start:i].astype(np.int64), self._block_tokens)
-        return int(self._chunk_first_ids[i // self._chunk]) + int(np.sum(before))
+    def _chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(first request id, times, inputs, outputs, first block ids, block counts) per chunk of draws."""
+        block_tokens, first_id, lo = self._workload.block_tokens, 0, 0
+        inputs_it = self._lengths(self._workload.input_lengths, 0)
+        outputs_it = self._lengths(self._workload.output_lengths, 1)
+        for times, inputs, outputs in zip(self._times(), inputs_it, outputs_it, strict=False):
+            k = times.size
+            inputs, outputs = inputs[:k], outputs[:k]  # a cut chunk: its first k requests
+            counts = np.asarray(n_blocks(np.asarray(inputs, dtype=np.int64), block_tokens), dtype=np.int64)
+            starts = first_id + np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+            first_id += int(counts.sum())
+            yield lo, times, inputs, outputs, starts, counts
+            lo += k
+
+    def column_chunks(self) -> Iterator[dict[str, np.ndarray]]:
+        """The requests as columns, a chunk at a time, without building them (a trace writer's fast path):
+        request_id, arrival_s, input_tokens, output_tokens (int64 / float64), and each request's block ids
+        as `first_hash_id` and `n_hash_ids` (its ids are that many consecutive integers)."""
+        for lo, times, inputs, outputs, starts, counts in self._chunks():
+            yield {"request_id": np.arange(lo, lo + times.size, dtype=np.int64), "arrival_s": times,
+                   "input_tokens": np.asarray(inputs, dtype=np.int64),
+                   "output_tokens": np.asarray(outputs, dtype=np.int64), "first_hash_id": starts,
+                   "n_hash_ids": counts}
 
     def __iter__(self) -> Iterator[Request]:
-        for lo in range(0, len(self), self._chunk):
-            yield from self._build(lo, min(lo + self._chunk, len(self)))
+        """The requests one at a time: the draws come a chunk at a time, but each `Request` (and its
+        block ids) is built only when read, so a live run's sends never wait on a whole chunk's."""
+        ranges = self._id_ranges
+        for lo, times, inputs, outputs, starts, counts in self._chunks():
+            for i, t, a, b, s, c in zip(itertools.count(lo), times.tolist(), inputs.tolist(), outputs.tolist(),
+                                        starts.tolist(), counts.tolist(), strict=False):
+                ids = cast(tuple[int, ...], range(s, s + c)) if ranges else tuple(range(s, s + c))  # see ids_as_ranges
+                yield make_request(i, t, a, b, ids)
 
     @overload
     def __getitem__(self, index: int) -> Request: ...
@@ -72,20 +135,18 @@ class RequestStream(Sequence[Request]):
     def __getitem__(self, index: slice) -> list[Request]: ...
 
     def __getitem__(self, index: int | slice) -> Request | list[Request]:
+        """Request(s) by position: read from the start (time grows with the index, memory does not)."""
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            wanted = range(*index.indices(len(self)))
+            if not wanted:
+                return []
+            lo, hi = min(wanted), max(wanted) + 1
+            window = list(itertools.islice(iter(self), lo, hi))
+            return [window[i - lo] for i in wanted]
         i = index + len(self) if index < 0 else index
         if not 0 <= i < len(self):
             raise IndexError(index)
-        return self._build(i, i + 1)[0]
-
-
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """Integer lengths in the smallest integer type that holds them all (the same values: a paper
-    workload's inputs fit 4 bytes, its outputs 2); anything else as it is."""
-    if values.dtype.kind not in "iu" or values.size == 0:
-        return values
-    return values.astype(np.promote_types(np.min_scalar_type(values.min()), np.min_scalar_type(values.max())))
+        return next(itertools.islice(iter(self), i, None))
 
 
 class SyntheticWorkload:
@@ -120,20 +181,12 @@ class SyntheticWorkload:
         pools keep no blocks of a workload that says True (HybridCachePool.forget_blocks)."""
         return type(self).generate is SyntheticWorkload.generate
 
-    def stream(self, rate_rps: float | None = None, chunk: int = 10_000) -> RequestStream:
-        """The same requests as `generate`, built `chunk` at a time as they are read.
-
-        The lengths and gaps are drawn all at once, exactly as before (one call per quantity on its
-        own generator: chunked draws would match only for some distributions), so a seed gives the
-        same requests whichever way they are read.
-        """
-        rng_in, rng_out, rng_arrivals = streams(self.seed, 3)
-        n = self.num_requests
-        inputs = self.input_lengths.sample(n, rng_in)
-        outputs = self.output_lengths.sample(n, rng_out)
+    def stream(self, rate_rps: float | None = None, chunk: int = 10_000, until_s: float | None = None
+               ) -> RequestStream:
+        """The same requests as `generate`, drawn and built `chunk` at a time as they are read; with
+        `until_s`, only those arriving at or before it (the stream ends at the first arrival past it)."""
         arrivals = self.arrivals if rate_rps is None else self.arrivals.with_rate(rate_rps)
-        times = arrivals.offsets(n, rng_arrivals)
-        return RequestStream(np.asarray(times, dtype=np.float64), inputs, outputs, self.block_tokens, chunk)
+        return RequestStream(self, arrivals, chunk, until_s)
 
     def uncached_input_distribution(self, replay: PrefixReplay | None = None) -> tuple[np.ndarray, np.ndarray]:
         """No prefix sharing, so the uncached length is the input length (whatever the cache): its exact grid."""

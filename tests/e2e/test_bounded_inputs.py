@@ -15,6 +15,7 @@ from pathlib import Path
 import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness.analysis.timeseries import MAX_BINS
 
@@ -119,3 +120,56 @@ def test_trace_stats_memory_does_not_grow_with_the_file(tmp_path):
     assert stats["n_requests"] == rows and 0 < stats["prefix_hit_token_frac_infinite"] < 1
     assert peak - baseline < 1.5 * size + 120 * MB, \
         f"peak {peak / MB:.0f} MB, baseline {baseline / MB:.0f} MB, file {size / MB:.0f} MB"
+
+
+BILLION = ["workload.num_requests=1000000000", "loadgen.max_duration_s=10", "loadgen.progress=false",
+           "analysis.figures=false"]
+
+
+def _cut_workload_prefix() -> pd.DataFrame:
+    """The requests the 10 s cut offers, from a 2,000-request workload of the same seed (the same first
+    requests: the streams draw chunk by chunk exactly what one draw of all of them gives)."""
+    from harness.workload.arrivals import Poisson
+    from harness.workload.lengths import Fixed, TruncatedLogNormal
+    from harness.workload.synthetic import SyntheticWorkload
+
+    paper = SyntheticWorkload(TruncatedLogNormal(9.90, 1.00, 128, 131072), Fixed(1024), Poisson(2.0),
+                              num_requests=2000, seed=0)  # conf/workload/paper_lognormal.yaml
+    rows = [r for r in paper.generate() if r.arrival_s <= 10.0]
+    return pd.DataFrame({"request_id": [r.request_id for r in rows], "arrival_s": [r.arrival_s for r in rows],
+                         "input_tokens": [r.input_tokens for r in rows]})
+
+
+@pytest.mark.parametrize("mode", ["sim", "live"])
+def test_a_billion_requests_cut_at_10_s_run_in_bounded_memory(tmp_path, mode):
+    """10^9 requests with a 10 s duration limit: only what arrives in 10 s is drawn (before the streamed
+    workload: 9.7 GB and no end in 90 s in sim, 13 GB live); the run offers the seed's first requests."""
+    run_dir = tmp_path / "run"
+    extra = ["mode=live", "server.time_scale=10"] if mode == "live" else []
+    proc, peak = _run_measured(tmp_path, "harness", *BILLION, *extra, f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert peak < 500 * MB, f"peak RSS {peak / MB:.0f} MB"
+    got = pd.read_parquet(run_dir / "requests.parquet", columns=["request_id", "arrival_s", "input_tokens"])
+    want = _cut_workload_prefix()
+    assert 10 < len(want) < 40  # ~2 req/s for 10 s
+    if mode == "sim":  # arrival times on the virtual clock are the workload's own
+        pd.testing.assert_frame_equal(got, want, check_exact=True, check_dtype=False)
+    else:  # live: the client stamps its own arrival times; the requests are the same ones
+        pd.testing.assert_frame_equal(got[["request_id", "input_tokens"]], want[["request_id", "input_tokens"]],
+                                      check_dtype=False)
+
+
+def test_trace_generate_streams_to_the_file(tmp_path):
+    """1.5 million requests to Parquet: written a row group at a time from the stream's columns (before:
+    the whole list of requests, ~1.8 KB each, 2.7 GB here; 10.4 GB for a billion rows it never wrote)."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "big.parquet"
+    proc, peak = _run_measured(tmp_path, "harness.trace", "generate", str(out), "workload.num_requests=1500000")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert peak < 500 * MB, f"peak RSS {peak / MB:.0f} MB"
+    meta = pq.ParquetFile(out).metadata
+    assert meta.num_rows == 1_500_000 and meta.num_row_groups > 1
+    head = pq.ParquetFile(out).read_row_group(0, columns=["request_id", "input_tokens"]).to_pandas()
+    want = _cut_workload_prefix()
+    assert head["input_tokens"].head(len(want)).tolist() == want["input_tokens"].tolist()

@@ -6,7 +6,7 @@ full float precision (unlike the millisecond JSONL), so this is the lossless for
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,8 @@ from harness.workload.formats.common import Columns, FieldNames, LoadReport, to_
 from harness.workload.request import Request
 
 NAMES = FieldNames(time="arrival_s", input="input_tokens", output="output_tokens")
+ROW_GROUP_ROWS = 65_536  # requests per row group written (what the writer holds at once)
+_GROUP_IDS = 2**30  # block ids per row group at most (list<int64> offsets are 32-bit)
 _REQUIRED = ("request_id", "arrival_s", "input_tokens", "output_tokens")
 
 
@@ -165,7 +167,7 @@ def to_table(requests: Sequence[Request]) -> pa.Table:
     offsets = np.concatenate(([0], np.cumsum(counts)))
     total = int(offsets[-1])
     values = np.fromiter(chain.from_iterable(r.hash_ids for r in requests), dtype=np.int64, count=total)
-    if total < 2**31 - 1:
+    if total < 2**31 - 1:  # always, for a row group of `write`
         hash_ids = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(values))
     else:
         hash_ids = pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), pa.array(values))
@@ -180,5 +182,48 @@ def to_table(requests: Sequence[Request]) -> pa.Table:
     })
 
 
-def write(requests: Sequence[Request], path: Path) -> None:
-    pq.write_table(to_table(requests), path)
+def _row_groups(requests: Iterable[Request]) -> Iterator[list[Request]]:
+    """The requests in batches of ROW_GROUP_ROWS, or fewer where their block ids would reach 2^30 (so a
+    group's hash_ids fit list<int64>'s 32-bit offsets: every group has the same schema)."""
+    batch: list[Request] = []
+    ids = 0
+    for request in requests:
+        n = len(request.hash_ids)
+        if batch and (len(batch) == ROW_GROUP_ROWS or ids + n >= _GROUP_IDS):
+            yield batch
+            batch, ids = [], 0
+        batch.append(request)
+        ids += n
+    yield batch  # the last one (empty for no requests: the file still gets its schema)
+
+
+def _columns_table(cols: dict[str, np.ndarray]) -> pa.Table:
+    """`to_table` of a chunk of a synthetic stream's columns (RequestStream.column_chunks): the same
+    table, each request's block ids made as the consecutive run they are, without a Python object each."""
+    counts = cols["n_hash_ids"]
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    values = np.repeat(cols["first_hash_id"] - offsets[:-1], counts) + np.arange(int(offsets[-1]), dtype=np.int64)
+    n = len(counts)
+    return pa.table({
+        **{name: pa.array(cols[name]) for name in ("request_id", "arrival_s", "input_tokens", "output_tokens")},
+        "hash_ids": pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(values)),
+        "session_id": pa.nulls(n, pa.int64()),
+        "turn": pa.nulls(n, pa.int64()),
+    })
+
+
+def write(requests: Iterable[Request], path: Path) -> None:
+    """Write a row group at a time (`_row_groups`; a synthetic stream's own chunks, as columns): a lazy
+    stream goes to the file as it is generated, in memory bounded by one row group."""
+    column_chunks = getattr(requests, "column_chunks", None)
+    tables = (_columns_table(cols) for cols in column_chunks()) if callable(column_chunks) else \
+        (to_table(batch) for batch in _row_groups(requests))
+    writer: pq.ParquetWriter | None = None
+    try:
+        for table in tables:
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()

@@ -76,14 +76,15 @@ def test_a_sim_run_is_the_same_with_range_block_ids(compose_cfg, monkeypatch):
 
     cfg = compose_cfg(["workload.num_requests=400", "loadgen.rate_rps=3.0", "loadgen.progress=false"])
     seen: list[type] = []
-    build = RequestStream._build
+    read = RequestStream.__iter__
 
-    def spy(self, lo, hi):
-        out = build(self, lo, hi)
-        seen.extend(type(r.hash_ids) for r in out[:1])
-        return out
+    def spy(self):
+        for k, request in enumerate(read(self)):
+            if k == 0:
+                seen.append(type(request.hash_ids))
+            yield request
 
-    monkeypatch.setattr(RequestStream, "_build", spy)
+    monkeypatch.setattr(RequestStream, "__iter__", spy)
     fast = run_sim(cfg)
     assert range in seen  # the fast path was taken
     monkeypatch.setattr(RequestStream, "ids_as_ranges", lambda self: None)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from harness.analysis.metrics import arrival_rps
 from harness.errors import InputError
 from harness.runs.offer import make_offer, offered_rate
 from harness.runs.sim import run_sim
+from harness.workload.arrivals import Constant
 from harness.workload.request import Request
-from harness.workload.synthetic import RequestStream
 
 BASE = ["workload=fixed", "workload.num_requests=11", "workload.input_tokens=100", "workload.output_tokens=4"]
 
@@ -66,20 +65,19 @@ def test_a_cut_offer_reports_the_rate_of_the_arrivals_offered():
     assert offered_rate(reqs, 7.0, None, max_duration_s=4.0) == 7.0  # a configured rate is what was asked
 
 
-def test_a_cut_lazy_offer_reads_a_few_requests_not_the_workload():
-    """make_offer(stream=True)'s RequestStream: 1 req/s for 10 s, then 100 req/s for ~10,000 s."""
-    times = np.concatenate([np.arange(11.0), 10.0 + np.arange(1, 1_000_000) * 0.01])
+def test_a_cut_lazy_offer_counts_arrivals_and_builds_no_request(monkeypatch):
+    """make_offer(stream=True)'s stream, cut at 10 s of a 10^9-request workload: the rate comes from
+    the arrival draws up to the cut (no Request built, nothing drawn past the cut's chunk)."""
+    import harness.workload.synthetic as synthetic
+
     built = []
-
-    class Counting(RequestStream):
-        def _build(self, lo, hi):
-            built.append(hi - lo)
-            return super()._build(lo, hi)
-
-    stream = Counting(times, np.full(times.size, 100), np.full(times.size, 4), 512)
-    assert offered_rate(stream, None, None, max_duration_s=10.0) == pytest.approx(1.0)
-    assert sum(built) < 100
-    assert offered_rate(stream, None, None) == pytest.approx((times.size - 1) / times[-1])  # no cut: the span
+    monkeypatch.setattr(synthetic, "make_request", lambda *a: built.append(a))
+    workload = synthetic.FixedWorkload(100, 4, Constant(2.0), num_requests=10**9, seed=0)
+    stream = workload.stream(until_s=10.0)
+    assert offered_rate(stream, None, None, max_duration_s=10.0) == pytest.approx(2.0)
+    assert len(stream) == 21 and not built  # arrivals 0, 0.5, ..., 10.0
+    whole = workload.stream()
+    assert len(whole) == 10**9 and not built  # no cut: the count is num_requests, nothing drawn
 
 
 def test_the_sim_run_reports_the_rate_it_offered(compose_cfg):

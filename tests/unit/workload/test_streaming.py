@@ -71,9 +71,67 @@ def test_stream_index_out_of_range():
     assert stream[-3] == next(iter(stream))
 
 
-def test_stream_keeps_only_numbers_until_read():
-    """The stream holds the draws as arrays, not the Request objects (that is its memory bound)."""
+def test_stream_holds_no_draws_until_read():
+    """The stream keeps no arrays nor lists: a read draws a chunk at a time (that is its memory bound)."""
     stream = SyntheticWorkload(**PAPER, arrivals=Poisson(2.0), num_requests=20_000, seed=0).stream()
-    held = [v for v in vars(stream).values() if isinstance(v, np.ndarray)]
-    assert sum(a.nbytes for a in held) <= 40 * 20_000
-    assert not any(isinstance(v, list) for v in vars(stream).values())
+    assert not any(isinstance(v, (np.ndarray, list)) for v in vars(stream).values())
+    assert len(stream) == 20_000 and not any(isinstance(v, (np.ndarray, list)) for v in vars(stream).values())
+
+
+@pytest.mark.parametrize("arrivals", [Poisson(2.0), Gamma(2.0, 3.0), Constant(2.0)],
+                         ids=["poisson", "gamma", "constant"])
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_a_cut_stream_is_the_prefix_of_the_whole(arrivals, chunk):
+    """until_s ends the stream before its first arrival past it: the whole workload's requests up to it."""
+    workload = SyntheticWorkload(**PAPER, arrivals=arrivals, num_requests=400, seed=4)
+    whole = workload.generate()
+    cut = workload.stream(None, chunk, until_s=50.0)
+    expected = [r for r in whole if r.arrival_s <= 50.0]
+    assert 0 < len(expected) < len(whole)
+    assert list(cut) == expected and len(cut) == len(expected)
+    assert cut.span() == (len(expected), expected[0].arrival_s, expected[-1].arrival_s)
+    assert cut[-1] == expected[-1] and cut[2:5] == expected[2:5]
+
+
+def test_a_billion_request_stream_cut_early_draws_one_chunk():
+    """The stream never draws what it cannot send: a 10^9-request workload cut at 10 s reads in a blink."""
+    workload = SyntheticWorkload(**PAPER, arrivals=Poisson(2.0), num_requests=10**9, seed=0)
+    small = SyntheticWorkload(**PAPER, arrivals=Poisson(2.0), num_requests=2000, seed=0)
+    assert list(workload.stream(until_s=10.0)) == list(small.stream(until_s=10.0))
+
+
+class _Vectorised:
+    """A length law of a user's own, not `chunkable` (a vectorised rejection sampler would not be)."""
+
+    def __init__(self):
+        self.asked: list[int] = []
+
+    def sample(self, n, rng):
+        self.asked.append(n)
+        return 1 + rng.permutation(n) % 5000
+
+    def grid(self):
+        return np.array([1.0]), np.array([1.0])
+
+    def mean(self):
+        return 2500.0
+
+
+class _Chunkable(_Vectorised):
+    chunkable = True
+
+    def sample(self, n, rng):
+        self.asked.append(n)
+        return rng.integers(1, 5000, size=n)
+
+
+def test_a_chunkable_law_is_drawn_a_chunk_at_a_time_and_another_whole():
+    """Memory follows the chunk for the laws that promise chunked draws give their values; a law of the
+    user's own without the promise is drawn whole, so its values stay those of one draw."""
+    chunked, whole = _Chunkable(), _Vectorised()
+    workload = SyntheticWorkload(chunked, whole, Poisson(1.0), num_requests=300, seed=2)
+    expected = _one_shot(workload)
+    chunked.asked.clear(), whole.asked.clear()
+    assert list(workload.stream(None, 7)) == expected
+    assert max(chunked.asked) == 7 and sum(chunked.asked) == 300
+    assert whole.asked == [300]

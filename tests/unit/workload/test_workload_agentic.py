@@ -153,3 +153,23 @@ def test_distribution_removes_cached_prefix():
 def test_bad_arguments(kwargs, text):
     with pytest.raises(InputError, match=text):
         _workload(**kwargs)
+
+
+def test_more_agentic_requests_than_memory_holds_is_one_line_not_a_crash():
+    """Agentic sessions are generated whole (~1 KB a request): 10^13 of them is refused at once, naming
+    the key, instead of drawing until the machine runs out of memory."""
+    with pytest.raises(InputError, match=r"num_requests=10000000000000 .*lower workload.num_requests"):
+        _workload(n=10**13).generate()
+
+
+def test_the_planner_reads_a_bounded_sample_the_first_requests_of_the_whole(monkeypatch):
+    """The planner's statistics come from the first PLANNER_SAMPLE_REQUESTS requests: the same lengths
+    and times as the whole workload's first ones."""
+    import harness.workload.agentic as agentic
+
+    monkeypatch.setattr(agentic, "PLANNER_SAMPLE_REQUESTS", 300)
+    workload = _workload(n=900)
+    sample, whole = workload.planner_sample(), workload.generate()
+    assert len(sample) == 300
+    assert [(r.arrival_s, r.input_tokens, r.output_tokens, r.session_id, r.turn) for r in sample] == \
+        [(r.arrival_s, r.input_tokens, r.output_tokens, r.session_id, r.turn) for r in whole[:300]]

@@ -212,3 +212,27 @@ def test_parquet_integers_out_of_int64_or_null_are_refused(tmp_path, case):
         read_trace(path)
     with pytest.raises(InputError, match=re.escape(f"{path}: {expected}")):
         list(parquet.chunks(path, rows=1))
+
+
+@pytest.mark.parametrize("source", ["stream", "list", "generator"])
+def test_parquet_is_written_a_row_group_at_a_time(tmp_path, monkeypatch, source):
+    """A synthetic stream goes to the file chunk by chunk (from its columns), anything else ROW_GROUP_ROWS
+    requests at a time: the same table as the whole list, in row groups the writer holds one at a time."""
+    import pyarrow.parquet as pq
+
+    from harness.workload.arrivals import Poisson
+    from harness.workload.formats import parquet
+    from harness.workload.lengths import Fixed, TruncatedLogNormal
+    from harness.workload.synthetic import SyntheticWorkload
+
+    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 100)
+    workload = SyntheticWorkload(TruncatedLogNormal(9.9, 1.0, 128, 131072), Fixed(7), Poisson(2.0), num_requests=350,
+                                 seed=1)
+    requests = {"stream": workload.stream(chunk=100), "list": workload.generate(),
+                "generator": (r for r in workload.generate())}[source]
+    path = tmp_path / "t.parquet"
+    write_trace(requests, path)
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 100, 50]
+    assert pq.read_table(path).equals(parquet.to_table(workload.generate()))
+    assert read_trace(path) == workload.generate()
