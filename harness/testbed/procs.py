@@ -1,14 +1,13 @@
 """Processes inside a testbed namespace: started with `ip netns exec`, logged to the run directory, health-checked.
 
-Each child gets PR_SET_PDEATHSIG(SIGKILL), so it dies with the harness even after a kill -9 of the harness
-(the namespaces are then cleared by the next start or `harness-testbed down`). Start children from the main
-thread: the kernel sends that signal when the *thread* that forked them exits.
+Each child runs under util-linux's `setpriv --pdeathsig KILL`, so it dies with the harness even after a kill -9
+of the harness (the namespaces are then cleared by the next start or `harness-testbed down`). Start children
+from the main thread: the kernel sends that signal when the *thread* that forked them exits.
 """
 
 from __future__ import annotations
 
-import ctypes
-import signal
+import shutil
 import subprocess
 import time
 import urllib.error
@@ -16,12 +15,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
 
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def die_with_parent() -> list[str]:
+    """The command prefix that ties a child's life to this process (empty without setpriv)."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
 
 
 @dataclass
@@ -55,8 +52,8 @@ class NsProcess:
 def start(name: str, ns: str, args: list[str], url: str, log: Path) -> NsProcess:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *args], stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, *die_with_parent(), *args], stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return NsProcess(name=name, url=url, process=proc, log=log)
 
 

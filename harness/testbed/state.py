@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -66,7 +67,12 @@ def owner(prefix: str) -> int | None:
 
 
 def release(prefix: str) -> None:
+    """Remove the prefix's namespaces, veths, slot files and state file."""
+    info = read(prefix) or {}
     netns.destroy(prefix)
+    slot_dir = Path(str(info.get("slot_dir") or ""))
+    if slot_dir.name == prefix:  # only ever a directory named by the prefix
+        shutil.rmtree(slot_dir, ignore_errors=True)
     state_path(prefix).unlink(missing_ok=True)
 
 
