@@ -57,9 +57,8 @@ class LinkMonitor:
         if len(self.samples) < 2:
             return 0.0
         t_end, b_end = self.samples[-1]
-        for t, b in reversed(self.samples):
-            if t_end - t >= window_s * 1e9:
-                break
+        start = next((s for s in reversed(self.samples) if t_end - s[0] >= window_s * 1e9), self.samples[0])
+        t, b = start
         return (b_end - b) * 8 / max(t_end - t, 1) if t_end > t else 0.0
 
     def utilisation(self) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from harness.deploy.router.base import ClusterSnapshot, Router, RoutedRequest
+from harness.deploy.router.base import ClusterSnapshot, RoutedRequest, Router
 from harness.testbed import engines
 from harness.testbed.engines import EngineError
 from harness.testbed.handoff import Handoff, HandoffRecord
