@@ -99,22 +99,25 @@ def run_testbed(cfg: DictConfig, out: Path) -> RunResult:
     print(f"testbed {testbed.prefix} up: {', '.join(layout.roles)}; link {testbed.link_gbps:g} Gbit/s "
           f"(logs {testbed.log_dir})", file=sys.stderr, flush=True)
     try:
-        return asyncio.run(_drive(cfg, out, testbed, router, layout, settings))
+        return _drive(cfg, out, testbed, router, layout, settings)
     finally:
         testbed.down()
 
 
-async def _drive(cfg: DictConfig, out: Path, testbed: Testbed, router: Any, layout: Layout,
-                 settings: TestbedSettings) -> RunResult:
+def _drive(cfg: DictConfig, out: Path, testbed: Testbed, router: Any, layout: Layout,
+           settings: TestbedSettings) -> RunResult:
     from harness.runs.http import drive_url
-    from harness.testbed.service import start_service
+    from harness.testbed.service import ServiceThread
 
-    service = await start_service(testbed, router, model_name=str(cfg.model.name))
+    thread = ServiceThread(testbed, router, model_name=str(cfg.model.name))
     try:
-        url_cfg = OmegaConf.merge(cfg, {"target": {"url": service.url, "name": layout.deployment}})
-        result = await drive_url(url_cfg, out, mode="testbed")
+        url = thread.start()
+        url_cfg = OmegaConf.merge(cfg, {"target": {"url": url, "name": layout.deployment}})
+        result = asyncio.run(drive_url(url_cfg, out, mode="testbed"))
     finally:
-        await service.stop()
+        thread.stop()
+    service = thread.service
+    assert service is not None
     t0 = int(result.t0_ns or 0)
     result.requests = join_records(result.requests, service.front.handoff.records, t0)
     samples = service.monitor.samples if service.monitor is not None else []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -69,3 +71,48 @@ async def start_service(testbed: Testbed, router: Router, *, model_name: str, po
     await site.start()
     bound = runner.addresses[0][1]
     return Service(url=f"http://{HOST}:{bound}", front=front, runner=runner, session=session, monitor=monitor)
+
+
+class ServiceThread:
+    """The router on its own thread and event loop, so its work never delays the load generator's sends
+    (a run's client measures the router as it would any endpoint). `start()` returns the URL."""
+
+    def __init__(self, testbed: Testbed, router: Router, *, model_name: str, port: int = 0) -> None:
+        self.testbed, self.router, self.model_name, self.port = testbed, router, model_name, port
+        self.service: Service | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, name="testbed-router", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        try:
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+            self.service = await start_service(self.testbed, self.router, model_name=self.model_name,
+                                               port=self.port)
+        except BaseException as err:  # handed to start()'s caller
+            self._error = err
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await self.service.stop()
+
+    def start(self) -> str:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        assert self.service is not None
+        return self.service.url
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)

@@ -91,12 +91,15 @@ def clear_leftovers() -> list[str]:
     return cleared
 
 
-def stop_all(grace_s: float = 15.0) -> list[str]:
-    """`harness-testbed down`: ask each live owner to stop (SIGTERM: it tears its testbed down), wait,
-    then remove whatever remains. Returns the prefixes handled."""
+def stop_all(kinds: tuple[str, ...] | None = ("up",), grace_s: float = 15.0) -> list[str]:
+    """`harness-testbed down`: ask each live owner of a testbed of one of `kinds` (None: any) to stop
+    (SIGTERM: it tears its testbed down), wait, then remove whatever remains; leftovers (no live owner)
+    always go. Returns the prefixes handled."""
     handled = []
     for prefix in sorted(known_prefixes()):
         pid = owner(prefix)
+        if pid is not None and kinds is not None and (read(prefix) or {}).get("kind") not in kinds:
+            continue  # a live run's testbed: it tears down its own
         if pid is not None and pid != os.getpid():
             try:
                 os.kill(pid, signal.SIGTERM)
