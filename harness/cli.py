@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 
-def testbed_preset(argv: list[str]) -> list[str]:
+def with_testbed_preset(argv: list[str]) -> list[str]:
     """`mode=testbed` without an experiment selects `experiment=testbed` (the scaled deployment, model,
     workload and link the real engines can run); an explicit `experiment=...` wins."""
     named = {arg.split("=", 1)[0].lstrip("+~") for arg in argv if "=" in arg}
@@ -29,7 +29,7 @@ def testbed_preset(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    sys.argv[1:] = testbed_preset(sys.argv[1:])
+    sys.argv[1:] = with_testbed_preset(sys.argv[1:])
     _main()
 
 

@@ -39,14 +39,14 @@ def compose_config(overrides: list[str]):  # -> DictConfig
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from harness.cli import testbed_preset
+    from harness.cli import with_testbed_preset
     from harness.hydra_entry import CONF_DIR
     from harness.schema import register_configs
 
     register_configs()
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            return compose("config", overrides=testbed_preset(["mode=testbed", *overrides]))
+            return compose("config", overrides=with_testbed_preset(["mode=testbed", *overrides]))
     except (HydraException, OmegaConfBaseException) as err:
         raise InputError(" ".join(str(err).split())) from err
 
