@@ -77,6 +77,8 @@ class Testbed:
     def up(self) -> Testbed:
         netns.check_tools()
         netns.tbf_args(self.link_gbps, self.settings.tbf_burst_bytes, self.settings.tbf_latency_ms)
+        if self.settings.prefix:
+            netns.check_prefix(self.settings.prefix)
         binary, model = find_engine(self.settings)
         state.clear_leftovers()
         self.prefix = netns.check_prefix(self.settings.prefix) if self.settings.prefix else state.new_prefix()

@@ -162,10 +162,11 @@ def create(topo: Topology, rate_gbps: float, burst_bytes: int, latency_ms: float
             sh("ip", "-n", ns, "link", "set", "lo", "up")
         for dev, dev_ns, peer, peer_ns, dev_addr, peer_addr in topo.veths():
             sh("ip", "link", "add", dev, "type", "veth", "peer", "name", peer)
-            for name, ns, addr in ((dev, dev_ns, dev_addr), (peer, peer_ns, peer_addr)):
-                if ns is not None:
-                    sh("ip", "link", "set", name, "netns", ns)
-                where = ["-n", ns] if ns is not None else []
+            ends: tuple[tuple[str, str | None, str], ...] = ((dev, dev_ns, dev_addr), (peer, peer_ns, peer_addr))
+            for name, home, addr in ends:
+                if home is not None:
+                    sh("ip", "link", "set", name, "netns", home)
+                where = ["-n", home] if home is not None else []
                 sh("ip", *where, "addr", "add", f"{addr}/30", "dev", name)
                 sh("ip", *where, "link", "set", name, "up")
         sh("ip", "netns", "exec", topo.remote_ns, "tc", "qdisc", "replace", "dev", topo.link_dev, "root", "tbf",

@@ -12,7 +12,7 @@ import asyncio
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -112,7 +112,7 @@ def _drive(cfg: DictConfig, out: Path, testbed: Testbed, router: Any, layout: La
     thread = ServiceThread(testbed, router, model_name=str(cfg.model.name))
     try:
         url = thread.start()
-        url_cfg = OmegaConf.merge(cfg, {"target": {"url": url, "name": layout.deployment}})
+        url_cfg = cast(DictConfig, OmegaConf.merge(cfg, {"target": {"url": url, "name": layout.deployment}}))
         result = asyncio.run(drive_url(url_cfg, out, mode="testbed"))
     finally:
         thread.stop()

@@ -26,7 +26,7 @@ def build_router(router_cfg: Any, fallback_threshold: float | None) -> Router:
     else `testbed.threshold_tokens`; the testbed has no planner to choose one."""
     from hydra.utils import instantiate
 
-    router = instantiate(router_cfg)
+    router: Router = instantiate(router_cfg)
     if isinstance(router, ThresholdRouter) and getattr(router, "threshold_tokens", None) is None:
         if fallback_threshold is None:
             raise InputError("deployment.router.threshold_tokens is null and testbed.threshold_tokens is null: the "
