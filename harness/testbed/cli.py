@@ -6,6 +6,8 @@
     harness-testbed down [--all]     stop testbeds made by `up` and clear leftovers of killed runs
                                      (--all: also stop testbeds that live runs own)
     harness-testbed status           one line per testbed: prefix, owner, kind, namespaces
+    harness-testbed check [overrides]  up, one request per route (a short prompt local, a long one across the
+                                     link), each KV file checked byte for byte in size, down (`make testbed`)
 
 Exit 0 ok, 2 bad input (not root, no ip/tc, a rate tbf cannot shape, no engine: `make engine`), 130 Ctrl-C.
 """
@@ -31,6 +33,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     down = sub.add_parser("down", help="tear down testbeds made by `up` and every leftover")
     down.add_argument("--all", action="store_true", help="also stop testbeds owned by running runs")
     sub.add_parser("status", help="list testbeds")
+    check = sub.add_parser("check", help="self-check: up, one request per route, down")
+    check.add_argument("overrides", nargs="*", help="Hydra overrides")
     return parser.parse_args(argv)
 
 
@@ -109,9 +113,25 @@ def status() -> int:
     return 0
 
 
+def self_check(overrides: list[str]) -> int:
+    """One short and one long request through PrfaaS-PD on the real engines; 1 if any record is wrong."""
+    import tempfile
+
+    from harness.testbed.check import run_check
+
+    with tempfile.TemporaryDirectory(prefix="harness-testbed-check-") as logs:
+        cfg = compose_config(["deployment=prfaas_pd", *overrides])
+        problems = run_check(cfg, Path(logs))
+    for line in problems:
+        print(f"FAIL {line}", file=sys.stderr)
+    print("testbed check: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    commands = {"up": lambda: up(args), "down": lambda: down(args), "status": status}
+    commands = {"up": lambda: up(args), "down": lambda: down(args), "status": status,
+                "check": lambda: self_check(list(args.overrides))}
     run_command(commands[args.command], PROG)
 
 
