@@ -24,6 +24,7 @@ from pathlib import Path
 from aiohttp import web
 
 CHUNK_BYTES = 1 << 20
+STREAM_LIMIT = 8 << 20
 
 
 def safe_name(name: str) -> str:
@@ -110,7 +111,8 @@ async def serve(ctl_host: str, ctl_port: int, data_port: int, dest: Path, source
                 timeout_s: float) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     # Data on every address of this namespace (the link's and loopback): the namespace is the testbed's own.
-    data = await asyncio.start_server(lambda r, w: receive(r, w, dest), "0.0.0.0", data_port)
+    # A large reader limit: the stream pauses the socket only past 2 x limit, not every 128 KiB of a KV file.
+    data = await asyncio.start_server(lambda r, w: receive(r, w, dest), "0.0.0.0", data_port, limit=STREAM_LIMIT)
     runner = web.AppRunner(control_app(sources, timeout_s), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, ctl_host, ctl_port).start()

@@ -6,6 +6,8 @@
     harness-testbed down [--all]     stop testbeds made by `up` and clear leftovers of killed runs
                                      (--all: also stop testbeds that live runs own)
     harness-testbed status           one line per testbed: prefix, owner, kind, namespaces
+    harness-testbed probe [--out F] [overrides]  calibration probes (link, save/restore, engines) -> JSON
+                                     with the emulator overrides they imply (harness/testbed/probes.py)
     harness-testbed check [overrides]  up, one request per route (a short prompt local, a long one across the
                                      link), each KV file checked byte for byte in size, down (`make testbed`)
 
@@ -33,6 +35,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     down = sub.add_parser("down", help="tear down testbeds made by `up` and every leftover")
     down.add_argument("--all", action="store_true", help="also stop testbeds owned by running runs")
     sub.add_parser("status", help="list testbeds")
+    probe = sub.add_parser("probe", help="calibration probes -> JSON (never the validation workload)")
+    probe.add_argument("--out", type=Path, default=None, help="default: <cache>/testbed/probes.json")
+    probe.add_argument("overrides", nargs="*", help="Hydra overrides")
     check = sub.add_parser("check", help="self-check: up, one request per route, down")
     check.add_argument("overrides", nargs="*", help="Hydra overrides")
     return parser.parse_args(argv)
@@ -113,6 +118,27 @@ def status() -> int:
     return 0
 
 
+def probe(args: argparse.Namespace) -> int:
+    import asyncio
+    import tempfile
+
+    from harness.testbed.cluster import Testbed
+    from harness.testbed.probes import run_probes, write_probes
+    from harness.testbed.run import settings_of
+    from harness.testbed.settings import layout_of
+    from harness.testbed.state import state_dir
+
+    cfg = compose_config(["deployment=prfaas_pd", *args.overrides])
+    settings, layout = settings_of(cfg), layout_of(cfg.deployment)
+    with (tempfile.TemporaryDirectory(prefix="harness-testbed-probe-") as logs,
+          Testbed(settings, layout, float(cfg.link.capacity_gbps), Path(logs), kind="run") as testbed):
+        doc = asyncio.run(run_probes(testbed))
+    path = write_probes(doc, args.out or state_dir() / "probes.json")
+    print(f"probes: {path}")
+    print(" ".join(doc["overrides"]))
+    return 0
+
+
 def self_check(overrides: list[str]) -> int:
     """One short and one long request through PrfaaS-PD on the real engines; 1 if any record is wrong."""
     import tempfile
@@ -131,7 +157,7 @@ def self_check(overrides: list[str]) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     commands = {"up": lambda: up(args), "down": lambda: down(args), "status": status,
-                "check": lambda: self_check(list(args.overrides))}
+                "check": lambda: self_check(list(args.overrides)), "probe": lambda: probe(args)}
     run_command(commands[args.command], PROG)
 
 
