@@ -9,6 +9,7 @@ byte counters (`egress_gbps` per time bin); both are stamped on the same monoton
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import sys
 from pathlib import Path
@@ -90,10 +91,12 @@ def testbed_meta(layout: Layout, settings: TestbedSettings, testbed: Testbed, ro
 
 def run_testbed(cfg: DictConfig, out: Path) -> RunResult:
     """Up (in the main thread: its children die with this process), drive, down; the run's result."""
+    from harness.testbed.faults import parse_faults
     from harness.testbed.service import build_router
 
     settings, layout = settings_of(cfg), layout_of(cfg.deployment)
     router = build_router(cfg.deployment.router, settings.threshold_tokens)  # bad config before anything exists
+    parse_faults(settings.faults, layout.roles)
     testbed = Testbed(settings, layout, float(cfg.link.capacity_gbps), out / "testbed", kind="run")
     testbed.up()
     print(f"testbed {testbed.prefix} up: {', '.join(layout.roles)}; link {testbed.link_gbps:g} Gbit/s "
@@ -107,14 +110,18 @@ def run_testbed(cfg: DictConfig, out: Path) -> RunResult:
 def _drive(cfg: DictConfig, out: Path, testbed: Testbed, router: Any, layout: Layout,
            settings: TestbedSettings) -> RunResult:
     from harness.runs.http import drive_url
+    from harness.testbed.faults import FaultInjector, parse_faults
     from harness.testbed.service import ServiceThread
 
     thread = ServiceThread(testbed, router, model_name=str(cfg.model.name))
+    injector = FaultInjector(testbed, parse_faults(settings.faults, layout.roles))
     try:
         url = thread.start()
         url_cfg = cast(DictConfig, OmegaConf.merge(cfg, {"target": {"url": url, "name": layout.deployment}}))
+        injector.start()
         result = asyncio.run(drive_url(url_cfg, out, mode="testbed"))
     finally:
+        injector.stop()
         thread.stop()
     service = thread.service
     assert service is not None
@@ -123,4 +130,6 @@ def _drive(cfg: DictConfig, out: Path, testbed: Testbed, router: Any, layout: La
     samples = service.monitor.samples if service.monitor is not None else []
     result.timeseries = link_timeseries(result.timeseries, samples, t0, testbed.link_gbps, layout.has_prfaas)
     result.meta.update(testbed_meta(layout, settings, testbed, router, cfg))
+    if injector.faults:
+        result.meta["testbed"]["faults"] = json.dumps(injector.events(t0))
     return result

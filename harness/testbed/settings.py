@@ -31,6 +31,7 @@ class TestbedSettings:
     engine_model: str | None = None
     recompute_locally: bool = True
     threshold_tokens: float | None = None
+    faults: tuple[Any, ...] = ()  # harness/testbed/faults.py
 
     def __post_init__(self) -> None:
         for name in ("slots", "slot_context_tokens", "threads"):
@@ -46,6 +47,8 @@ class TestbedSettings:
         unknown = sorted(set(given) - known)
         if unknown:
             raise InputError(f"testbed.{unknown[0]} is not a testbed setting; valid: {', '.join(sorted(known))}")
+        if "faults" in given:
+            given["faults"] = tuple(given["faults"] or ())
         return cls(**given)
 
     @property

@@ -143,3 +143,20 @@ def test_not_root_is_one_line_and_exit_2():
                            "harness.testbed.cli", "up"], check=False, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PRFAAS_CACHE": "/tmp/prfaas-testbed-nobody"})
     assert done.returncode == 2 and "needs root" in done.stderr, done.stderr
+
+
+def test_link_down_and_a_killed_prefill_engine_leave_one_record_per_request(fake_engine, tmp_path):
+    """Requests caught by the outage or the dead engine are recomputed locally or fail with a reason."""
+    from harness.runs.assemble import run_into
+
+    before = netns.testbed_prefixes()
+    faults = "[{kind: link_down, at_s: 1, duration_s: 2}, {kind: kill_engine, at_s: 3, instance: remote_prefill}]"
+    cfg = _compose(["deployment=prfaas_pd", "workload.num_requests=16", "loadgen.rate_rps=3", "analysis.figures=false",
+                    f"testbed.faults={faults}", *(f"testbed.{k}={v}" for k, v in fake_engine.items())])
+    summary = run_into(cfg, tmp_path / "run")
+    req = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert len(req) == 16 and req["request_id"].is_unique
+    assert summary["completed"] + summary["failed"] == 16
+    assert req["recomputed"].notna().any()  # the dead engine's requests went local
+    assert (req.loc[req["error"].notna(), "error"].str.len() > 0).all()
+    assert netns.testbed_prefixes() <= before
