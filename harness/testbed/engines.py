@@ -34,10 +34,11 @@ class EngineSpec:
 
 def engine_args(binary: Path, model: Path, spec: EngineSpec, *, slots: int, slot_context_tokens: int,
                 threads: int, extra: list[str] | None = None) -> list[str]:
-    """The llama-server command line (the flags harness/engine/server.py uses, plus the slot-save path)."""
+    """The llama-server command line (the flags harness/engine/server.py uses, plus the slot-save path).
+    `--cache-ram 0`: no host-memory prompt cache, so a slot holds exactly what the router put there."""
     return [str(binary), "-m", str(model), "--host", spec.host, "--port", str(spec.port), "-np", str(slots),
             "-t", str(threads), "-tb", str(threads), "-c", str(slots * slot_context_tokens), "--metrics",
-            "--slots", "--no-webui", "--slot-save-path", str(spec.slot_dir), *(extra or [])]
+            "--slots", "--no-webui", "--cache-ram", "0", "--slot-save-path", str(spec.slot_dir), *(extra or [])]
 
 
 class EngineError(RuntimeError):

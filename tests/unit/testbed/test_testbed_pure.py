@@ -184,3 +184,23 @@ def test_homogeneous_pd_reports_zero_egress_and_a_link_run_reports_the_counters(
     samples = [(0, 0), (2 * 10**9, 50_000_000)]
     out = link_timeseries(ts, samples, 0, 0.2, has_link=True)
     assert out["egress_gbps"].tolist() == pytest.approx([0.2, 0.2]) and (out["link_capacity_gbps"] == 0.2).all()
+
+
+@pytest.mark.parametrize(("faults", "match"), [
+    ([{"kind": "flood", "at_s": 1}], "kind='flood'"),
+    ([{"kind": "kill_engine", "at_s": 1, "instance": "gpu7"}], "instance='gpu7'"),
+    ([{"kind": "link_down", "at_s": -1}], "at_s"),
+    ([{"kind": "link_down", "at_s": 1, "when": 2}], "faults\\[0\\].when")])
+def test_bad_faults_name_the_key(faults, match):
+    from harness.testbed.faults import parse_faults
+
+    with pytest.raises(InputError, match=match):
+        parse_faults(faults, ("remote_prefill", "local_prefill", "decode"))
+
+
+def test_link_down_needs_a_link():
+    from harness.testbed.faults import parse_faults
+
+    with pytest.raises(InputError, match="link_down"):
+        parse_faults([{"kind": "link_down", "at_s": 1}], ("local_prefill", "decode"))
+    assert parse_faults([{"kind": "kill_engine", "at_s": 2, "instance": "decode"}], ("local_prefill", "decode"))
