@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.engine.server import stop_process
+
 
 def die_with_parent() -> list[str]:
     """The command prefix that ties a child's life to this process (empty without setpriv)."""
@@ -34,13 +36,7 @@ class NsProcess:
         return self.process.poll() is None
 
     def stop(self, grace_s: float = 5.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(grace_s)
+        stop_process(self.process, grace_s)
 
     def tail(self, lines: int = 3) -> str:
         try:
