@@ -9,6 +9,7 @@ names the emulator uses, so a calibrated sim run is `python -m harness ... <over
      "deployment": {"kv_handoff": "store_and_forward", "kv_save_s": {"base_s", "per_token_s"},
                     "kv_restore_s": {"base_s", "per_token_s"}, "points": [[tokens, save_s, restore_s], ...]},
      "instances": {"<role>": {"prefill_s": [[tokens, s], ...]}, "decode": {"step_s": s, "batch": 1}},
+     "contention": {"tokens": n, "engines": [...], "alone_s": [...], "together_s": [...], "slowdown": x},
      "overrides": ["link.efficiency=...", ...]}
 
 Link: files of several sizes through the agents (bytes -> seconds to the receiver's ack: slope -> efficiency
@@ -123,6 +124,25 @@ async def probe_engines(session: aiohttp.ClientSession, testbed: Testbed) -> dic
     return out
 
 
+async def probe_contention(session: aiohttp.ClientSession, testbed: Testbed, tokens: int = 1024,
+                           repeats: int = 3) -> dict[str, Any]:
+    """Prefill time of each prefill engine alone, then of all of them at once (the machine's cores are
+    shared): `slowdown` = median together / median alone."""
+    roles = [r for r in ("remote_prefill", "local_prefill") if r in testbed.engines]
+    timeout = testbed.settings.request_timeout_s
+
+    async def one(role: str, seed: int) -> float:
+        timings = await engines.prefill(session, testbed.engines[role], _prompt(tokens, seed), 0, timeout)
+        return float(timings.get("prompt_ms") or "nan") / 1e3
+
+    alone = [await one(role, 400 + 10 * i + j) for i in range(repeats) for j, role in enumerate(roles)]
+    together: list[float] = []
+    for i in range(repeats):
+        together += await asyncio.gather(*(one(role, 500 + 10 * i + j) for j, role in enumerate(roles)))
+    return {"tokens": tokens, "engines": roles, "alone_s": alone, "together_s": together,
+            "slowdown": float(np.median(together) / np.median(alone))}
+
+
 def overrides_of(doc: dict[str, Any]) -> list[str]:
     link, dep = doc.get("link") or {}, doc["deployment"]
     out = []
@@ -142,6 +162,7 @@ async def run_probes(testbed: Testbed) -> dict[str, Any]:
             doc["link"] = await probe_link(session, testbed)
         doc["deployment"] = await probe_save_restore(session, testbed)
         doc["instances"] = await probe_engines(session, testbed)
+        doc["contention"] = await probe_contention(session, testbed)
     doc["overrides"] = overrides_of(doc)
     return doc
 
