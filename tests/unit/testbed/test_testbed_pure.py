@@ -204,3 +204,16 @@ def test_link_down_needs_a_link():
     with pytest.raises(InputError, match="link_down"):
         parse_faults([{"kind": "link_down", "at_s": 1}], ("local_prefill", "decode"))
     assert parse_faults([{"kind": "kill_engine", "at_s": 2, "instance": "decode"}], ("local_prefill", "decode"))
+
+
+def test_probe_results_become_emulator_overrides():
+    from harness.testbed.probes import fit_line, overrides_of
+
+    base, slope = fit_line([1e6, 2e6, 4e6], [0.05 + 4e-8 * x for x in (1e6, 2e6, 4e6)])
+    assert base == pytest.approx(0.05) and slope == pytest.approx(4e-8)
+    doc = {"link": {"efficiency": 0.95612, "sharing": "fifo"},
+           "deployment": {"kv_handoff": "store_and_forward", "kv_save_s": {"base_s": 0.003, "per_token_s": 7e-6},
+                          "kv_restore_s": {"base_s": 0.0005, "per_token_s": 1.2e-6}}}
+    assert overrides_of(doc) == ["link.efficiency=0.9561", "link.sharing=fifo", "deployment.kv_handoff=store_and_forward",
+                                 "deployment.kv_save_s={base_s: 0.003, per_token_s: 7e-06}",
+                                 "deployment.kv_restore_s={base_s: 0.0005, per_token_s: 1.2e-06}"]
