@@ -214,6 +214,7 @@ def test_probe_results_become_emulator_overrides():
     doc = {"link": {"efficiency": 0.95612, "sharing": "fifo"},
            "deployment": {"kv_handoff": "store_and_forward", "kv_save_s": {"base_s": 0.003, "per_token_s": 7e-6},
                           "kv_restore_s": {"base_s": 0.0005, "per_token_s": 1.2e-6}}}
-    assert overrides_of(doc) == ["link.efficiency=0.9561", "link.sharing=fifo", "deployment.kv_handoff=store_and_forward",
+    assert overrides_of(doc) == ["link.efficiency=0.9561", "link.sharing=fifo",
+                                 "deployment.kv_handoff=store_and_forward",
                                  "deployment.kv_save_s={base_s: 0.003, per_token_s: 7e-06}",
                                  "deployment.kv_restore_s={base_s: 0.0005, per_token_s: 1.2e-06}"]
