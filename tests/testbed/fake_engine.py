@@ -1,7 +1,7 @@
 """A stand-in for llama-server with the slot save/restore API the testbed uses (tests only).
 
 It accepts llama-server's flags (`-m --host --port -np --slot-save-path ...`, the rest ignored), sleeps a
-fixed time per prompt token, writes slot files of the real engine's size (192 + 9,232 B/token) and checks a
+fixed time per prompt token, writes slot files of the real engine's size (200 + 9,232 B/token) and checks a
 restore reads a file it wrote. Lets the testbed's plumbing (namespaces, agents, router, records) be tested
 without the real engine.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-HEADER_BYTES, BYTES_PER_TOKEN = 192, 9232
+HEADER_BYTES, BYTES_PER_TOKEN = 200, 9232
 PREFILL_S_PER_TOKEN, STEP_S = 2e-5, 2e-3
 
 

@@ -24,7 +24,7 @@ from harness.testbed.settings import TestbedSettings as Settings
 
 pytestmark = pytest.mark.testbed
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
-HEADER, PER_TOKEN = 192, 9232  # the slot file of L tokens: 192 + 9,232 L bytes (the real engine's too)
+HEADER, PER_TOKEN = 200, 9232  # the slot file of L tokens: 200 + 9,232 L bytes (the real engine's too)
 
 
 def _compose(overrides: list[str]):
