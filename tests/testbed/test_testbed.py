@@ -160,3 +160,14 @@ def test_link_down_and_a_killed_prefill_engine_leave_one_record_per_request(fake
     assert req["recomputed"].notna().any()  # the dead engine's requests went local
     assert (req.loc[req["error"].notna(), "error"].str.len() > 0).all()
     assert netns.testbed_prefixes() <= before
+
+
+def test_real_engines_hand_off_a_kv_cache_the_decode_engine_reuses(tmp_path):
+    """`make testbed`'s self-check on llama-server: both routes, a KV file of 9,232 B/token, and a decode
+    that computed one token after the restore (cache_n = L - 1)."""
+    from harness.engine.build import LLAMA_CPP_PYTHON, cache_root
+    from harness.testbed.check import run_check
+
+    if not (cache_root() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}" / "bin" / "llama-server").is_file():
+        pytest.skip("needs the real engine: make engine")
+    assert run_check(_compose(["deployment=prfaas_pd"]), tmp_path) == []
