@@ -90,7 +90,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as err:
         rec.error = f"client disconnected: {err}"
         rec.finish_ns = time.monotonic_ns()
-        raise
+        return web.Response(status=499, text=rec.error)  # nobody to tell: recorded, not logged as a crash
     except BaseException as err:  # cancelled (client gone, shutdown): still one record
         if rec.error is None:
             rec.error = f"{type(err).__name__}: {err}"
