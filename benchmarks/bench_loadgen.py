@@ -179,8 +179,8 @@ def agreement(time_scale: float, n: int, extra: list[str]) -> None:
 
     from harness.analysis import metrics as m
     from harness.runs.http import run_live
+    from harness.runs.sim import run_sim
     from harness.schema import register_configs
-    from harness.sim import run_sim
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):

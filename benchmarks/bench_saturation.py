@@ -3,7 +3,7 @@
     python benchmarks/bench_saturation.py [--requests N] [--factors 1,4] [--workloads paper_lognormal,...]
 
 For each deployment and workload it runs `loadgen.rate_rps=inf` with the automatic in-flight count
-(harness/deploy/capacity.py), then with that count times each factor, and prints the steady
+(harness/runs/closed_loop.py), then with that count times each factor, and prints the steady
 throughput, the change against the automatic setting, the pools' utilisation, the route that set
 the rate (counted in mean requests when its pool was busy: harness/analysis/saturation.py) and any
 warning.
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.analysis.summary import summarize
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 from tests.sim.conftest import compose_cfg
 
 

@@ -14,7 +14,7 @@ A second line per deployment gives the CPU seconds outside the event loop and wh
 per event for 0.25 over the whole run, beside what an event of the bare heap loop costs (the floor).
 `--profile N` prints the top N functions of a cProfile of the first deployment's run, by own time.
 The first line says whether the emulator core it runs is interpreted or compiled (a mypyc build in
-place, an experiment: README, "Benchmarks").
+place, an experiment: docs/results/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ harness.command_environment()  # before numpy and pyarrow load: measured as `pyt
 from hydra import compose, initialize_config_dir
 
 from harness import clock as clock_module
+from harness.runs.sim import run_sim
 from harness.schema import register_configs
-from harness.sim import run_sim
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -85,7 +85,7 @@ class _TimedClock(clock_module.VirtualClock):
             _TimedClock.last_cpu_s = time.thread_time() - c0
 
 
-# A core compiled by mypyc (an experiment: README, "Benchmarks"): `harness/clock` is an extension module,
+# A core compiled by mypyc (an experiment: docs/results/benchmarks.md): `harness/clock` is an extension module,
 # and interpreted code cannot subclass its classes, so the loop is timed through a wrapper instead
 # (the clock's own bound methods set on it: the emulator's calls reach them without a detour).
 COMPILED = not str(clock_module.__file__).endswith(".py")

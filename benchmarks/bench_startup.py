@@ -7,9 +7,10 @@
 Each round runs the anchor (`python -c "import numpy, pandas, pyarrow"`: the floor any command that
 reads or writes Parquet pays) and then every command, so a busy machine slows both alike; a ratio is
 taken within its round and the median over rounds is printed. Targets (issue 12): a 10-request sim run
-at most 3x the anchor, `harness --help` under 1 s, the 10,000-request CLI sim run at least 1,500x real
-time (simulated span / wall time of the whole command: start-up, workload, emulator, analysis).
-Reported, not asserted: timing needs a quiet machine.
+at most 3x the anchor, the 10,000-request CLI sim run at least 1,500x real time (simulated span / wall
+time of the whole command: start-up, workload, emulator, analysis). `harness --help` is Hydra's own help
+(it composes the config) since the start-up patches of Hydra were removed (issue 28): its old 1 s target
+is dropped. Reported, not asserted: timing needs a quiet machine.
 """
 
 from __future__ import annotations

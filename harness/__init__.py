@@ -13,12 +13,12 @@ def command_environment() -> None:
     # Arrow's buffers from malloc, not Arrow's own mimalloc pool: a run alternates between Arrow (parts,
     # merge, columns) and numpy/Python (emulator, metrics), and one heap reuses what each phase frees
     # instead of keeping two high-water marks. 200K-request sim run: peak RSS 213 MB against 255 MB
-    # (README "Scale").
+    # (docs/results/benchmarks.md).
     _os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     # BLAS on one thread: the harness does no matrix work that threads would speed up, and OpenBLAS's
     # idle threads (numpy's and scipy's) spin after loading and after each call. That was ~0.2 CPU s per
     # process and ~25% of a 10,000-request sim run's CPU on a 2-core machine, taken from the other jobs
-    # of a parallel sweep (README "Benchmarks").
+    # of a parallel sweep (docs/results/benchmarks.md).
     _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

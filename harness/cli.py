@@ -2,7 +2,7 @@
 
 With `-m` it is a suite: Hydra sweeps the parameters the experiment sets, each run writes its own
 directory, and the report callback summarises the sweep at the end (`report.parquet`, figures,
-a printed table). See README "Commands" and "Sweeps and figures".
+a printed table). See docs/reference/cli.md and docs/guides/configs-and-sweeps.md.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 
 
 def with_testbed_preset(argv: list[str]) -> list[str]:
-    """`mode=testbed` without an experiment selects `experiment=testbed` (the scaled deployment, model,
-    workload and link the real engines can run); an explicit `experiment=...` wins."""
+    """`mode=testbed` without an experiment selects `experiment=testbed_scale` (the scaled deployments, model,
+    workload and link the emulator predicts the testbed with); an explicit `experiment=...` wins."""
     named = {arg.split("=", 1)[0].lstrip("+~") for arg in argv if "=" in arg}
     if "mode=testbed" in argv and "experiment" not in named:
-        return [*argv, "experiment=testbed"]
+        return [*argv, "experiment=testbed_scale"]
     return argv
 
 

@@ -15,13 +15,13 @@ import ast
 import atexit
 import contextlib
 import functools
-import gc
+import io
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from harness.errors import (
     EXIT_BAD_INPUT,
@@ -36,8 +36,7 @@ from harness.errors import (
     path_error,
     save_traceback,
 )
-from harness.fast_help import help_text, wants_help
-from harness.resources import conf_dir
+from harness.resources import conf_dir, config_groups
 
 CONF_DIR = str(conf_dir())  # inside the installed package, else the source tree's conf/
 
@@ -122,41 +121,30 @@ def fold_hydra_error(err: BaseException, overrides: list[str] | None = None) -> 
     return one_line(message, 600)
 
 
-@contextlib.contextmanager
-def group_values_checked() -> Iterator[None]:
-    """A config group given a value that is not an option name (`deployment=null`, `link=5`, `~link=5`) is
-    bad input: Hydra raises a bare ValueError for it (a crash, to us); while inside, it is a composition
-    error naming the override and the group's options, folded like an unknown option's."""
-    from hydra._internal import defaults_list
-    from hydra.errors import ConfigCompositionException
+# Hydra's bare ValueErrors for a config group given a value that is not an option name (`deployment=null`,
+# `link=5`, `~link=5`): bad input, not a crash.
+_GROUP_VALUE = ("Config group override must be a string", "Config group override deletion value must be a string")
 
-    init = defaults_list.Overrides.__init__
 
-    def checked(self: Any, repo: Any, overrides_list: list[Any]) -> None:
-        try:
-            init(self, repo, overrides_list)
-        except ValueError as err:
-            for override in overrides_list:
-                value = override.value()
-                if override.is_sweep_override() or isinstance(value, dict) \
-                        or not repo.group_exists(override.key_or_group):
-                    continue
-                if isinstance(value, (str, list)) or (override.is_delete() and value is None):
-                    continue
-                group = override.key_or_group
-                options = [o for o in repo.get_group_options(group) if not o.startswith("base_")]
-                text = override.input_line.split("=", 1)[1] if "=" in override.input_line else repr(value)
-                raise ConfigCompositionException(
-                    f"'{override.input_line}': {group} is a config group: give the name of one of its options, "
-                    f"not {text}\nAvailable options in '{group}':\n" + "".join(f"\t{o}\n" for o in options)
-                ) from err
-            raise
+def group_value_error(err: BaseException, overrides: list[str], conf_dirs: list[Path]) -> str | None:
+    """One line naming the override that gave a config group a value that is no option name, and the group's
+    options; None when `err` is not Hydra's error for that."""
+    if not isinstance(err, ValueError) or not str(err).startswith(_GROUP_VALUE):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    defaults_list.Overrides.__init__ = checked  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        defaults_list.Overrides.__init__ = init  # type: ignore[method-assign]
+    groups = config_groups(conf_dirs)
+    for override in OverridesParser.create().parse_overrides(overrides):
+        value = override.value()
+        if override.is_sweep_override() or isinstance(value, (str, list, dict)) or override.key_or_group not in groups \
+                or (override.is_delete() and value is None):
+            continue
+        group = override.key_or_group
+        line = override.input_line or ""
+        text = line.split("=", 1)[1] if "=" in line else repr(value)
+        return (f"'{line}': {group} is a config group: give the name of one of its options, not {text}; "
+                f"valid {group}: {', '.join(groups[group])}")
+    return f"a config group was given a value that is not the name of one of its options ({one_line(str(err))})"
 
 
 def _prog(task: Callable[..., Any]) -> str:
@@ -193,14 +181,18 @@ def _parse_args_or_exit(prog: str) -> Any:
     """Hydra's own command-line parser, with its usage errors as one line and exit status 2."""
     from hydra._internal.utils import get_args_parser
 
-    parser = get_args_parser()
-
-    def error(message: str) -> NoReturn:
+    parser, usage = get_args_parser(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(usage):
+            return parser.parse_args()
+    except SystemExit as exc:
+        if exc.code in (0, None):  # not a usage error
+            sys.stderr.write(usage.getvalue())
+            raise
+        # argparse wrote its usage and `<prog>: error: <message>`: keep the message
+        message = usage.getvalue().strip().splitlines()[-1].split(": error: ", 1)[-1] if usage.getvalue() else ""
         sys.stderr.write(f"error: {prog}: {one_line(message)} (see {prog} --help)\n")
-        raise SystemExit(EXIT_BAD_INPUT)
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser.parse_args()
+        raise SystemExit(EXIT_BAD_INPUT) from None
 
 
 def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]], Callable[[], None]]:
@@ -213,7 +205,6 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
         def body(cfg: Any) -> Any:
             from harness.schema import validate_config
 
-            gc.freeze()  # what exists now stays out of the task's collections (see _collector_off)
             try:
                 validate_config(cfg)  # every value in its range, before anything runs
                 return task(cfg)
@@ -223,28 +214,16 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                     err.harness_traceback = save_traceback(err, _output_dir())  # type: ignore[attr-defined]
                     err.harness_where = crash_site(err)  # type: ignore[attr-defined]  # a worker's traceback is lost
                 raise
-            finally:
-                gc.unfreeze()  # a sweep's next job (same process) may collect them again
 
         def main() -> None:
             restore_signals = install_signal_handlers()
             user_full_error = os.environ.get("HYDRA_FULL_ERROR")
             stderr = _Stderr(sys.stderr)
             args: Any = None
-            if wants_help(sys.argv[1:]):  # fast: this command's page, no Hydra import, no composition
-                try:
-                    print(help_text(task, conf_dir(), _help_page(task.__module__)))
-                except BrokenPipeError:  # `harness --help | head`
-                    pass
-                restore_signals()
-                return
-            collecting = _collector_off()
             try:
                 import hydra
 
-                from harness.hydra_mode import mode_without_composing
-                from harness.hydra_sweep import sweep_composes_once
-                from harness.schema import register_configs, validate_config
+                from harness.schema import register_configs
 
                 _select_help(task.__module__)
                 args = _parse_args_or_exit(prog)
@@ -252,11 +231,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
                 os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing; we print one line
                 sys.stderr = stderr
-                _collector_after_start_up(collecting)
-                # Hydra composes once, not twice: the run's config (harness/hydra_mode.py), each job's (hydra_sweep.py)
-                # a sweep's jobs are checked (validate_config) before any runs
-                with mode_without_composing(), sweep_composes_once(validate_config), group_values_checked():
-                    hydra_main()
+                hydra_main()
             except SystemExit as exc:
                 if exc.code == EXIT_INTERRUPTED:
                     forget_interrupt()
@@ -268,8 +243,9 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
 
                     traceback.print_exc()
                 multirun = bool(getattr(args, "multirun", False))
+                conf_dirs = [Path(CONF_DIR)] + ([Path(args.config_dir)] if getattr(args, "config_dir", None) else [])
                 status, line = _status(err, prog, list(getattr(args, "overrides", None) or []),
-                                       stderr.job if multirun else None)
+                                       stderr.job if multirun else None, conf_dirs)
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
                 if status == EXIT_INTERRUPTED:
@@ -280,9 +256,6 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 atexit.unregister(_exiting)  # registered last, so it runs first at exit
                 atexit.register(_exiting)
                 restore_signals()
-                gc.unfreeze()
-                if collecting:
-                    gc.enable()
                 if user_full_error is None:
                     os.environ.pop("HYDRA_FULL_ERROR", None)
                 else:
@@ -295,40 +268,16 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
     return decorate
 
 
-def _collector_off() -> bool:
-    """No garbage collection while the command imports its modules and stores its schemas.
-
-    They make ~100,000 long-lived objects and almost no cyclic garbage (peak memory +4 MB without
-    collections), yet Python would walk them all several times. `_collector_after_start_up` turns the
-    collector back on before Hydra composes, with these objects frozen (`gc.freeze`: left out of
-    every collection); each task freezes what exists when it starts (body: its collections, the
-    sim's explicit one included, walk only what the task made) and unfreezes all when it ends (a
-    sweep's next job in this process may collect them), as does main() when it returns. At exit
-    they are frozen again (`_exiting`). Together ~0.15 s of a 10-request sim run. Returns whether
-    the collector was on."""
-    enabled = gc.isenabled()
-    gc.disable()
-    return enabled
-
-
-def _collector_after_start_up(enabled: bool) -> None:
-    gc.freeze()
-    if enabled:
-        gc.enable()
-
-
 def _exiting() -> None:
     """At interpreter exit, once a command has finished (its status is set): a signal now has
     nothing left to stop, so SIGINT and SIGTERM are ignored (the handlers main() put back would
     kill the process with -2 or print a traceback while Python tears down its modules, the longest
-    part of exiting), and every object is frozen (Python's last collection skips what it is
-    about to free anyway)."""
+    part of exiting)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             signal.signal(sig, signal.SIG_IGN)
         except (ValueError, OSError):  # not the main thread
             pass
-    gc.freeze()
 
 
 def _output_dir() -> str | None:
@@ -340,16 +289,22 @@ def _output_dir() -> str | None:
         return None
 
 
-def _status(err: BaseException, prog: str, overrides: list[str], job: str | None) -> tuple[int, str]:
+def _status(err: BaseException, prog: str, overrides: list[str], job: str | None,
+            conf_dirs: list[Path]) -> tuple[int, str]:
     if interrupted(err):
         return EXIT_INTERRUPTED, "interrupted"
+    from harness.sweep_check import SweepRefused
+
+    if isinstance(err, SweepRefused):  # a job the sweep's check composed could not run: that job's error
+        overrides = err.overrides
+        err = err.error
     where = f"job {job}: " if job else ""
     cause = _input_cause(err)
     if cause is not None:
         return EXIT_BAD_INPUT, f"error: {where}{one_line(str(cause))}"
     if _is_config_error(err):
         return EXIT_BAD_INPUT, f"error: {where}{fold_hydra_error(err, overrides)}"
-    line = path_error(err)
+    line = path_error(err) or group_value_error(err, overrides, conf_dirs)
     if line is not None:
         return EXIT_BAD_INPUT, f"error: {where}{line}"
     return 1, f"error: {where}{describe_crash(err, prog)}"

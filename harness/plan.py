@@ -23,6 +23,7 @@ figure from Parquet alone.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ from omegaconf import DictConfig
 
 from harness.errors import InputError
 from harness.hydra_entry import hydra_entry
-from harness.hydra_sweep import after_validation
 from harness.runs.plan import (
     KV_COLUMNS,
     KV_HARDWARE,
@@ -48,6 +48,7 @@ from harness.runs.plan import (
     write,
 )
 from harness.runs.plan_variants import Variants, compose_or_input_error, run_variants
+from harness.sweep_check import sweep_overrides
 
 __all__ = [
     "KV_COLUMNS", "KV_HARDWARE", "KV_LENGTHS_TOKENS", "PlanCallback", "PlanRun", "Variants", "kv_throughput", "main",
@@ -67,21 +68,6 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     print(f"wrote {out_dir / 'plan.json'} and plan_sweep_threshold / plan_sweep_split / plan_projection / "
           f"plan_kv_throughput .parquet")
     return run.doc
-
-
-def sweep_overrides(config: DictConfig) -> tuple[list[str], dict[str, list[str]]]:
-    """(fixed overrides, {swept key: values}) of a multirun, combined as Hydra's basic sweeper does:
-    `hydra.sweeper.params` first, then the command line; the later override of a key wins."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    params = config.hydra.sweeper.get("params") or {}
-    lines = [f"{key}={value}" for key, value in params.items()] + [str(o) for o in config.hydra.overrides.task]
-    final = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(lines)}
-    fixed = [str(o.input_line) for o in final.values() if not o.is_sweep_override()]
-    swept = {key: (list(o.sweep_string_iterator()) if o.is_discrete_sweep() and "glob(" not in str(o.input_line)
-                   else [])
-             for key, o in final.items() if o.is_sweep_override()}
-    return fixed, swept
 
 
 class PlanCallback(Callback):
@@ -111,8 +97,8 @@ class PlanCallback(Callback):
             run = run_plan(cfg, fixed, names, variants, kv_table=self.kv_table)
             write(sweep_dir, run.plans, run.doc, run.projection, run.kv)
         except InputError as err:
-            # held until the jobs are validated: a job that cannot run says so in the command's one line
-            after_validation(f"error: planner for {sweep_dir}: {err}")
+            # the jobs are valid (harness.sweep_check.SweepCheck ran first): the sweep runs, without the plan
+            sys.stderr.write(f"error: planner for {sweep_dir}: {err}\n")
             return
         for note in run.notes:
             print(note)

@@ -25,3 +25,22 @@ def data_root() -> Path:
 def conf_dir() -> Path:
     """The Hydra config directory (`conf/`)."""
     return data_root() / "conf"
+
+
+def config_groups(conf_dirs: list[Path] | None = None) -> dict[str, list[str]]:
+    """{group: options} of config directories (default: `conf/`): every folder holding YAML files, sorted.
+    Only files: the ConfigStore's `base_*` schemas are not options a user picks."""
+    groups: dict[str, set[str]] = {}
+    for conf in conf_dirs or [conf_dir()]:
+        for path in conf.rglob("*.yaml"):
+            group = path.parent.relative_to(conf).as_posix()
+            if group != ".":
+                groups.setdefault(group, set()).add(path.stem)
+    return {group: sorted(options) for group, options in sorted(groups.items())}
+
+
+def help_config_groups() -> str:
+    """The options of each group the user chooses (not Hydra's own `hydra/...`, not `local`), one line per
+    group indented by two spaces: `${harness_config_groups:}` in the help pages (conf/hydra/help/)."""
+    return "\n".join(f"  {group}: {', '.join(options)}" for group, options in config_groups().items()
+                     if group.split("/")[0] not in ("hydra", "local"))

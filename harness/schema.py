@@ -16,7 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from harness.deploy.schema import CacheConfig, FaultsConfig, RebalancerConfig
+from harness.config.deployment import CacheConfig, FaultsConfig, RebalancerConfig
 from harness.errors import InputError, choices
 
 # Parts that own config groups; each module defines register(cs: ConfigStore) -> None.
@@ -24,17 +24,32 @@ _PARTS = (
     "harness.workload.schema",
     "harness.costmodel.schema",
     "harness.planner.schema",
-    "harness.deploy.schema",
+    "harness.config.deployment",
     "harness.analysis.schema",
     "harness.profiling.schema",
 )
 
 
 @dataclass
+class CapacitySearchConfig:
+    """`loadgen.rate_rps=max`: open-loop runs bisected to the highest stable rate (harness/runs/capacity.py)."""
+
+    tolerance: float = 0.02  # relative width of the final bracket (hi / lo - 1)
+    max_runs: int = 20  # open-loop probes at most
+    min_goodput: float = 0.99  # stable: completions at least this share of the arrivals in the judged window
+    alpha: float = 0.01  # stable: no increasing trend of the requests in the system at this significance
+    # each probe offers at least this many requests where the workload is generated (a trace offers its own
+    # rows): near capacity the queue relaxes slowly, and a short run reads a rate below it as unstable
+    min_requests: int = 20000
+
+
+@dataclass
 class LoadgenConfig:
     """How requests are offered: rate (open loop) or concurrency (closed loop)."""
 
-    rate_rps: float | None = None  # None: the workload's own rate; inf: saturate (closed loop)
+    # None: the workload's own rate; inf: saturate (closed loop); "max": a capacity search (harness/runs/capacity.py)
+    rate_rps: Any = None
+    capacity_search: CapacitySearchConfig = field(default_factory=CapacitySearchConfig)
     concurrency: int | None = None  # closed loop: this many requests in flight, arrivals ignored
     saturation_in_flight: int | None = None  # in flight when rate_rps is inf; None: sized from the planner
     saturation_headroom: float = 2.0  # x Little's-law in-flight count at the planner's Lambda_max
@@ -147,8 +162,10 @@ def register_configs(config_name: str | None = None) -> None:
         from omegaconf import OmegaConf
 
         from harness.loadgen.settings import run_label
+        from harness.resources import help_config_groups
 
         OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
+        OmegaConf.register_new_resolver("harness_config_groups", help_config_groups, replace=True)  # --help pages
     for part in parts:
         if part not in _registered:
             importlib.import_module(part).register(cs)
@@ -170,6 +187,7 @@ class Range:
     null: str = ""  # what null means, for the message
     integer: bool = False
     each: bool = False  # the key holds a list: each item in the range
+    words: tuple[str, ...] = ()  # text values also allowed (`max`), with what each means in `null`'s style
 
     def text(self) -> str:
         if self.low == 0 and self.high == math.inf and self.ends[0] == "(":
@@ -180,7 +198,8 @@ class Range:
             rng = f"in {self.ends[0]}{self.low:g}, {self.high:g}{self.ends[1]}"
         inf = not self.integer and self.ends[1] == "]" and self.high == math.inf
         kind = "an integer" if self.integer else ("a number" if inf else "a finite number")
-        extra = [e for e in ("inf allowed" if inf else "", f"null: {self.null}" if self.nullable else "") if e]
+        extra = [e for e in ("inf allowed" if inf else "", f"null: {self.null}" if self.nullable else "",
+                             *self.words) if e]
         text = f"{kind} {rng}" + (f" ({'; '.join(extra)})" if extra else "")
         return f"a list, each item {text}" if self.each else text
 
@@ -191,6 +210,8 @@ class Range:
             return all(Range(self.key, self.low, self.high, self.ends, integer=self.integer).ok(v) for v in value)
         if value is None:
             return self.nullable
+        if isinstance(value, str) and any(value.strip().lower() == w.split(":")[0] for w in self.words):
+            return True
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             return False
         if self.integer and not (isinstance(value, int) or float(value).is_integer()):
@@ -211,7 +232,8 @@ RANGES: tuple[Range, ...] = (
     Range("workload.num_requests", 1, integer=True, nullable=True, null="every request of a trace or phased workload"),
     Range("workload.seed", 0, integer=True, nullable=True, null="unseeded"),
     Range("workload.block_tokens", 1, integer=True),
-    Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate"),
+    Range("loadgen.rate_rps", 0, ends="(]", nullable=True, null="the workload's own rate",
+          words=("max: a capacity search",)),
     Range("loadgen.concurrency", 1, integer=True, nullable=True, null="open loop"),
     Range("loadgen.saturation_in_flight", 1, integer=True, nullable=True, null="sized from the planner"),
     Range("loadgen.saturation_headroom", 1),

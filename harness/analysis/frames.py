@@ -19,7 +19,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,8 @@ REQUEST_EXTRA_DTYPES: dict[str, tuple[str, Any]] = {
     **{f"server_{k}": ("float64", None) for k in ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s",
                                                   "e2e_s", "prefill_s")},
     "server_error": ("string", None),
+    # a modelled KV hand-off (harness/deploy/handoff.py) or the testbed: save, time on the link, restore
+    "kv_save_s": ("float64", None), "kv_transfer_s": ("float64", None), "kv_restore_s": ("float64", None),
 }
 
 
@@ -224,12 +226,13 @@ _SUMMARY_TEXT = ("deployment", "mode", "workload", "model", "served_model", "tar
                  "time_scale_warning", "loadgen_invalid_reason", "plan_deployment", "plan_model",
                  "plan_service_time", "plan_bound", "plan_notes", "saturation_in_flight_source",
                  "saturation_route", "saturation_counted_in", "saturation_warning", "run_dir", "run_name")
-_SUMMARY_FLAGS = ("interrupted", "loadgen_valid", "incomplete")
+_SUMMARY_FLAGS = ("interrupted", "loadgen_valid", "incomplete", "capacity_converged")
 _SUMMARY_COUNTS = ("n_requests", "completed", "failed", "interrupted_requests", "refused_requests",
                    "abandoned_requests", "n_prfaas", "n_prefill", "n_decode", "seed", "concurrency",
                    "max_concurrency", "offered", "sim_events", "rebalances", "loadgen_requests_sent",
                    "vllm_max_concurrent_requests", "server_events", "server_stream_interval_tokens",
-                   "saturation_in_flight", "plan_n_prfaas", "plan_n_prefill", "plan_n_decode", "plan_bs_max")
+                   "saturation_in_flight", "plan_n_prfaas", "plan_n_prefill", "plan_n_decode", "plan_bs_max",
+                   "capacity_runs")
 SUMMARY_DTYPES: dict[str, str] = {**dict.fromkeys(_SUMMARY_TEXT, "string"), **dict.fromkeys(_SUMMARY_FLAGS, "boolean"),
                                   **dict.fromkeys(_SUMMARY_COUNTS, "Int64")}
 # Undeclared keys by their name's ending: text.
@@ -336,7 +339,7 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 
 def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read a Parquet file; if only its append parts exist (an interrupted run), read those."""
+    """Read a Parquet file; if only its parts exist (an interrupted run: harness/runs/recording.py), read those."""
     path = Path(path)
     if path.exists():
         return read_table(path)
@@ -346,39 +349,5 @@ def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
     raise InputError(f"no Parquet file at {path}")
 
 
-def _parts_dir(path: Path) -> Path:
-    return path.with_name(path.name + ".parts")
-
-
 def _parts(path: Path) -> list[Path]:
-    return sorted(_parts_dir(path).glob("part-*.parquet"))
-
-
-def append_records(
-    path: str | os.PathLike[str],
-    records: Iterable[Mapping[str, Any]] | pd.DataFrame,
-    frame: Callable[[Any], pd.DataFrame] = requests_frame,
-) -> Path:
-    """Append a batch of records to `path` as one more Parquet part (`<path>.parts/part-NNNNNN.parquet`).
-
-    Long runs call this every few thousand records so a crash loses one batch, not the run;
-    `consolidate(path)` then merges the parts into `path`.
-    """
-    path = Path(path)
-    existing = _parts(path)
-    index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
-    return write_parquet(frame(records), _parts_dir(path) / f"part-{index:06d}.parquet")
-
-
-def consolidate(path: str | os.PathLike[str], frame: Callable[[Any], pd.DataFrame] = requests_frame) -> pd.DataFrame:
-    """Merge the parts written by `append_records` into `path` (atomically) and delete the parts."""
-    path = Path(path)
-    parts = _parts(path)
-    if not parts:
-        raise InputError(f"no parts to consolidate in {_parts_dir(path)}")
-    df = frame(pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True))
-    write_parquet(df, path)
-    for part in parts:
-        part.unlink()
-    _parts_dir(path).rmdir()
-    return df
+    return sorted(path.with_name(path.name + ".parts").glob("part-*.parquet"))

@@ -391,6 +391,12 @@ def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = 
 
 
 def capacity_rps(report: pd.DataFrame, deployment: str) -> float:
-    """Capacity of one deployment: its highest steady throughput over the runs of a load sweep."""
-    v = _finite(_values(report[report["deployment"] == deployment], "steady_throughput_rps"))
+    """Capacity of one deployment: the searched capacity where a run has one (`loadgen.rate_rps=max`: the
+    highest stable open-loop rate, harness/runs/capacity.py), else its highest steady throughput over the runs
+    of a load sweep."""
+    rows = report[report["deployment"] == deployment]
+    searched = _finite(_values(rows, "capacity_rps"))
+    if searched.size:
+        return float(searched.max())
+    v = _finite(_values(rows, "steady_throughput_rps"))
     return float(v.max()) if v.size else float("nan")

@@ -1,7 +1,9 @@
 """One function per figure, `(data, ax) -> None`, drawn from Parquet-derived frames alone.
 
-Figures use matplotlib's object API (`Figure`, no pyplot state) on the Agg canvas, so reports can
-be drawn from any thread or Hydra callback without a display. Every axis label carries its unit.
+seaborn draws the series (lines, ECDFs, bars, heatmaps) and gives the colours (its colour-blind palette);
+it is imported inside the drawing functions, so a run without figures never loads it. The figures live on
+matplotlib's object API (`Figure`, no pyplot figure state) on the Agg canvas, so reports can be drawn from
+any thread or Hydra callback without a display. Every axis label carries its unit.
 """
 
 from __future__ import annotations
@@ -18,13 +20,9 @@ matplotlib.use("Agg")
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 _DPI = 110
-# seaborn's "colorblind" palette (the same ten colours, without importing seaborn and pyplot: ~0.4 s).
-_COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", "#FBAFE4", "#949494",
-               "#ECE133", "#56B4E9")
 
 
 def _legend(ax: Axes, **kwargs: Any) -> None:
@@ -33,13 +31,19 @@ def _legend(ax: Axes, **kwargs: Any) -> None:
         ax.legend(**kwargs)
 
 
-def _cycle(colors: Sequence[object], n: int) -> list[tuple[float, float, float]]:
-    return [to_rgb(colors[i % len(colors)]) for i in range(n)]  # type: ignore[arg-type]
+def palette(names: list[str], name: str = "colorblind") -> dict[str, tuple[float, float, float]]:
+    """A stable colour per deployment (same order -> same colours in every figure): seaborn's palette `name`,
+    cycled when there are more names than colours."""
+    import seaborn as sns
+
+    return dict(zip(names, sns.color_palette(name, max(len(names), 3)), strict=False))
 
 
-def palette(names: list[str]) -> dict[str, tuple[float, float, float]]:
-    """A stable colour per deployment (same order -> same colours in every figure)."""
-    return dict(zip(names, _cycle(_COLORBLIND, max(len(names), 3)), strict=False))
+def _line(ax: Axes, x: np.ndarray, y: np.ndarray, label: str, **style: Any) -> None:
+    """One labelled series, sorted by x; points without a value are left out."""
+    import seaborn as sns
+
+    sns.lineplot(x=x, y=y, ax=ax, label=label, estimator=None, errorbar=None, sort=True, legend=False, **style)
 
 
 def _names(df: pd.DataFrame) -> list[str]:
@@ -58,7 +62,7 @@ def throughput_vs_load(df: pd.DataFrame, ax: Axes) -> None:
     for name, rows in df.groupby("deployment", sort=False):
         rows = rows.sort_values("load_rps")
         x, y = _col(rows, "load_rps"), _col(rows, "steady_throughput_rps")
-        ax.plot(x, y, marker="o", color=colors[str(name)], label=str(name))
+        _line(ax, x, y, str(name), marker="o", color=colors[str(name)])
         lam = _col(rows, "plan_lambda_max_rps")
         lam = lam[np.isfinite(lam)]
         if lam.size:
@@ -80,8 +84,8 @@ def ttft_vs_load(df: pd.DataFrame, ax: Axes) -> None:
     for name, rows in df.groupby("deployment", sort=False):
         rows = rows.sort_values("load_rps")
         x = _col(rows, "load_rps")
-        ax.plot(x, _col(rows, "ttft_mean_s"), marker="o", color=colors[str(name)], label=f"{name} mean")
-        ax.plot(x, _col(rows, "ttft_p90_s"), marker="^", linestyle="--", color=colors[str(name)], label=f"{name} P90")
+        _line(ax, x, _col(rows, "ttft_mean_s"), f"{name} mean", marker="o", color=colors[str(name)])
+        _line(ax, x, _col(rows, "ttft_p90_s"), f"{name} P90", marker="^", linestyle="--", color=colors[str(name)])
     ax.set_xlabel("offered load (req/s)")
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
@@ -92,15 +96,16 @@ def ttft_vs_load(df: pd.DataFrame, ax: Axes) -> None:
 
 def ttft_cdf(requests: Mapping[str, pd.DataFrame], ax: Axes, title: str = "TTFT CDF") -> None:
     """(c) Empirical CDF of TTFT (completed requests) per deployment."""
+    import seaborn as sns
+
     colors = palette(list(requests))
     for name, req in requests.items():
         ttft = _col(req, "ttft_s")
         if "error" in req.columns:
             ttft = ttft[req["error"].astype("string").fillna("").to_numpy() == ""]
-        ttft = np.sort(ttft[np.isfinite(ttft)])
+        ttft = ttft[np.isfinite(ttft)]
         if ttft.size:
-            ax.plot(ttft, np.arange(1, ttft.size + 1) / ttft.size, color=colors[name], label=name,
-                    drawstyle="steps-post")
+            sns.ecdfplot(x=ttft, ax=ax, color=colors[name], label=name)
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("fraction of requests")
     ax.set_ylim(0, 1.02)
@@ -112,9 +117,9 @@ def ttft_cdf(requests: Mapping[str, pd.DataFrame], ax: Axes, title: str = "TTFT 
 def egress_timeseries(ts: pd.DataFrame, ax: Axes, title: str = "Cross-DC egress") -> None:
     """(d) Egress per time bin against the link capacity (which may change during the run)."""
     t = _col(ts, "t_s")
-    ax.plot(t, _col(ts, "egress_gbps"), label="egress", color="tab:blue")
+    _line(ax, t, _col(ts, "egress_gbps"), "egress", color="tab:blue")
     if "link_capacity_gbps" in ts.columns:
-        ax.plot(t, _col(ts, "link_capacity_gbps"), label="link capacity", color="tab:red", linestyle="--")
+        _line(ax, t, _col(ts, "link_capacity_gbps"), "link capacity", color="tab:red", linestyle="--")
     ax.set_xlabel("run time (s)")
     ax.set_ylabel("Gbps (1e9 bit/s)")
     ax.set_ylim(bottom=0)
@@ -129,22 +134,32 @@ TABLE6_PANELS = {"capacity_rps": "capacity (req/s)", "ttft_mean_s": "mean TTFT, 
 
 
 def table6_comparison(df: pd.DataFrame) -> Figure:
-    """(e) Harness vs paper, side by side: rows `deployment, quantity, source (harness|paper), value`."""
+    """(e) Harness vs paper, side by side: rows `deployment, quantity, source (harness|paper), value`; a bar
+    per deployment and source that has a value."""
+    import seaborn as sns
+
     fig = Figure(figsize=(12, 4), dpi=_DPI, layout="constrained")
     names = _names(df)
+    sources = {"harness": "harness", "paper": "paper [P]"}
+    colors = {"harness": "tab:blue", "paper [P]": "tab:grey"}
     for i, (quantity, label) in enumerate(TABLE6_PANELS.items()):
         ax = fig.add_subplot(1, len(TABLE6_PANELS), i + 1)
         rows = df[df["quantity"] == quantity]
-        x = np.arange(len(names))
-        for offset, source, color in ((-0.2, "harness", "tab:blue"), (0.2, "paper", "tab:grey")):
-            pick = rows[rows["source"] == source].set_index("deployment")["value"]
-            values = [float(pick.get(n, np.nan)) for n in names]
-            ax.bar(x + offset, values, width=0.4, label=source if source == "harness" else "paper [P]", color=color)
-        ax.set_xticks(x, names, rotation=15, fontsize="small")
+        value = pd.to_numeric(rows["value"], errors="coerce").groupby([rows["deployment"], rows["source"]]).first()
+        # every (deployment, source) pair, NaN where missing: seaborn then dodges both sources at every tick
+        bars = pd.DataFrame([(n, label, float(value.get((n, s), np.nan)))
+                             for n in names for s, label in sources.items()], columns=["deployment", "source", "value"])
+        if np.isfinite(bars["value"].to_numpy()).any():
+            sns.barplot(data=bars, x="deployment", y="value", hue="source", order=names, hue_order=list(colors),
+                        palette=colors, saturation=1, errorbar=None, dodge=True, ax=ax, legend=False)
+        ax.set_xticks(range(len(names)), names, rotation=15, fontsize="small")
+        ax.set_xlabel("")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, axis="y")
         if i == 0:
-            _legend(ax, fontsize="small")
+            from matplotlib.patches import Patch
+
+            ax.legend(handles=[Patch(color=c, label=s) for s, c in colors.items()], fontsize="small")
     fig.suptitle("Table 6: harness vs paper")
     return fig
 
@@ -157,14 +172,14 @@ def plan_threshold(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = N
     for column, label, style in (("prfaas_bound_rps", "Θ_prfaas / p", "-"), ("pd_p_bound_rps", "Θ_pd-p / (1-p)", "-"),
                                  ("lambda_rps", "Λ_max", "--")):
         if column in df.columns:
-            ax.plot(t_k, _col(df, column), linestyle=style, label=label)
+            _line(ax, t_k, _col(df, column), label, linestyle=style)
     _mark_best(ax, t_k, _col(df, "lambda_rps"), "t = {x:.1f}K")
     top = np.nanmax(np.append(_col(df, "lambda_rps"), 0.0))
     if emulated is not None and len(emulated):
         emulated = emulated.sort_values("threshold_tokens")
         y = _col(emulated, "capacity_rps")
-        ax.plot(_col(emulated, "threshold_tokens") / 1e3, y, marker="D", linestyle=":", color="black",
-                label="emulated capacity")
+        _line(ax, _col(emulated, "threshold_tokens") / 1e3, y, "emulated capacity", marker="D", linestyle=":",
+              color="black")
         top = max(top, float(np.nanmax(np.append(y, 0.0))))
     ax.set_xlabel("routing threshold t (K tokens)")
     ax.set_ylabel("throughput bound (req/s)")
@@ -179,15 +194,16 @@ def plan_split(df: pd.DataFrame, ax: Axes, emulated: pd.DataFrame | None = None)
     `emulated` (n_prefill, capacity_rps) adds the emulator's capacity at the same threshold."""
     df = df.sort_values("n_prefill")
     n_p = _col(df, "n_prefill")
-    for column, label, style in (("prefill_bound_rps", "prefill bound", "-o"),
-                                 ("decode_bound_rps", "decode bound", "-s"), ("lambda_rps", "Λ_max", "--")):
+    for column, label, style in (("prefill_bound_rps", "prefill bound", {"marker": "o"}),
+                                 ("decode_bound_rps", "decode bound", {"marker": "s"}),
+                                 ("lambda_rps", "Λ_max", {"linestyle": "--"})):
         if column in df.columns:
-            ax.plot(n_p, _col(df, column), style, label=label)
+            _line(ax, n_p, _col(df, column), label, **style)
     _mark_best(ax, n_p, _col(df, "lambda_rps"), "N_p = {x:.0f}")
     if emulated is not None and len(emulated):
         emulated = emulated.sort_values("n_prefill")
-        ax.plot(_col(emulated, "n_prefill"), _col(emulated, "capacity_rps"), marker="D", linestyle=":", color="black",
-                label="emulated capacity")
+        _line(ax, _col(emulated, "n_prefill"), _col(emulated, "capacity_rps"), "emulated capacity", marker="D",
+              linestyle=":", color="black")
     ax.set_xlabel("PD-P instances N_p")
     ax.set_ylabel("throughput bound (req/s)")
     ax.set_title(_plan_title("Planner: P/D split sweep", df))
@@ -219,8 +235,7 @@ def kv_throughput(df: pd.DataFrame, ax: Axes) -> None:
     """(g, Table 3 / Fig. 2) KV throughput Phi_kv = S_kv / T_prefill vs input length per model:
     cost-model curves (lines) and measured points (markers, same colour)."""
     names = list(dict.fromkeys(str(m) for m in df["model"]))
-    tab10 = matplotlib.colormaps["tab10"].colors  # type: ignore[attr-defined]
-    colors = dict(zip(names, _cycle(tab10, max(len(names), 3)), strict=False))
+    colors = palette(names, "tab10")
     source = df["source"].astype(str) if "source" in df.columns else pd.Series("costmodel", index=df.index)
     for name in names:
         rows = df[df["model"] == name]
@@ -228,12 +243,12 @@ def kv_throughput(df: pd.DataFrame, ax: Axes) -> None:
         tag = f" ({family.iloc[0]})" if len(family) else ""
         model_rows = rows[source.loc[rows.index] == "costmodel"].sort_values("input_tokens")
         if len(model_rows):
-            ax.plot(_col(model_rows, "input_tokens"), _col(model_rows, "phi_kv_gbps"), color=colors[name],
-                    label=f"{name}{tag}")
+            _line(ax, _col(model_rows, "input_tokens"), _col(model_rows, "phi_kv_gbps"), f"{name}{tag}",
+                  color=colors[name])
         measured = rows[source.loc[rows.index] == "measured"].sort_values("input_tokens")
         if len(measured):
-            ax.plot(_col(measured, "input_tokens"), _col(measured, "phi_kv_gbps"), color=colors[name], marker="o",
-                    linestyle="none", label=f"{name} measured")
+            _line(ax, _col(measured, "input_tokens"), _col(measured, "phi_kv_gbps"), f"{name} measured",
+                  color=colors[name], marker="o", linestyle="none")
     ax.set_xscale("log", base=2)
     ticks = [2.0**e for e in range(10, 18)]
     ax.set_xticks(ticks, [f"{t / 1024:g}K" for t in ticks])
@@ -302,16 +317,16 @@ def sweep_lines(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] |
     goodput = False
     for label, rows in series:
         x = _col(rows, param)
-        ax.plot(x, _col(rows, "steady_rps"), marker="o", color=colors[label], label=f"{label} emulated")
+        _line(ax, x, _col(rows, "steady_rps"), f"{label} emulated", marker="o", color=colors[label])
         lam = _col(rows, "plan_lambda_max_rps")
         if np.isfinite(lam).any():
-            ax.plot(x, lam, marker="x", linestyle="--", color=colors[label], label=f"{label} planner Λ_max")
+            _line(ax, x, lam, f"{label} planner Λ_max", marker="x", linestyle="--", color=colors[label])
         open_loop = (~rows["closed_loop"].to_numpy(dtype=bool) if "closed_loop" in rows.columns
                      else np.ones(len(rows), dtype=bool))
         if open_loop.any() and "goodput_rps" in rows.columns:
             goodput = True
-            ax.plot(x[open_loop], _col(rows, "goodput_rps")[open_loop], marker="^", linestyle=":", color=colors[label],
-                    label=f"{label} goodput")
+            _line(ax, x[open_loop], _col(rows, "goodput_rps")[open_loop], f"{label} goodput", marker="^",
+                  linestyle=":", color=colors[label])
     _param_axis(ax, table, param)
     label = _value_label(table, "steady_rps")
     ax.set_ylabel(f"{label.removesuffix(' (req/s)')}, goodput (req/s)" if goodput else label)
@@ -327,8 +342,8 @@ def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] | 
     colors = palette([label for label, _ in series])
     for label, rows in series:
         x = _col(rows, param)
-        ax.plot(x, _col(rows, "ttft_mean_s"), marker="o", color=colors[label], label=f"{label} mean")
-        ax.plot(x, _col(rows, "ttft_p90_s"), marker="^", linestyle="--", color=colors[label], label=f"{label} P90")
+        _line(ax, x, _col(rows, "ttft_mean_s"), f"{label} mean", marker="o", color=colors[label])
+        _line(ax, x, _col(rows, "ttft_p90_s"), f"{label} P90", marker="^", linestyle="--", color=colors[label])
     _param_axis(ax, table, param)
     ax.set_ylabel("TTFT (s)")
     ax.set_yscale("log")
@@ -339,26 +354,24 @@ def sweep_ttft(table: pd.DataFrame, param: str, ax: Axes, keys: Sequence[str] | 
 
 def sweep_heatmap(table: pd.DataFrame, x_param: str, y_param: str, value: str = "steady_rps") -> Figure:
     """(i) A two-parameter sweep: `value` on the (x, y) grid, one panel per deployment; missing
-    points are blank. The image arrays hold the values (rows: y ascending, columns: x ascending)."""
+    points are blank. The mesh's array holds the values (rows: y ascending, columns: x ascending)."""
+    import seaborn as sns
+
     names = _names(table)
     fig = Figure(figsize=(6.5 * max(len(names), 1), 5), dpi=_DPI, layout="constrained")
     for i, name in enumerate(names):
         ax = fig.add_subplot(1, len(names), i + 1)
         rows = table[table["deployment"] == name]
         grid = rows.pivot_table(index=y_param, columns=x_param, values=value, aggfunc="max")
-        grid = grid.sort_index().sort_index(axis=1)
-        data = grid.to_numpy(dtype=float)
-        image = ax.imshow(data, origin="lower", aspect="auto", cmap="viridis")
-        for (r, c), v in np.ndenumerate(data):
-            if np.isfinite(v):
-                ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize="small",
-                        color="white" if v < np.nanmean(data) else "black")
-        ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
-        ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
+        grid = grid.sort_index().sort_index(axis=1).astype(float)
+        sns.heatmap(grid, ax=ax, cmap="viridis", annot=True, fmt=".2f", annot_kws={"fontsize": "small"},
+                    xticklabels=[f"{v:g}" for v in grid.columns], yticklabels=[f"{v:g}" for v in grid.index],
+                    cbar_kws={"label": _value_label(table, value)})
+        ax.invert_yaxis()  # y ascending upwards, as on the line figures
+        ax.tick_params(axis="y", labelrotation=0)
         ax.set_xlabel(param_label(x_param))
         ax.set_ylabel(param_label(y_param))
         ax.set_title(name)
-        fig.colorbar(image, ax=ax, label=_value_label(table, value))
     fig.suptitle(f"{_value_label(table, value)} by {x_param.split('.')[-1]} and {y_param.split('.')[-1]}")
     return fig
 
@@ -382,19 +395,3 @@ def save(fig: Figure, path: str | os.PathLike[str]) -> Path:
     fig.savefig(tmp, format="png")
     os.replace(tmp, path)
     return path
-
-
-def write_run_figures(run_dir: str | os.PathLike[str], requests: pd.DataFrame, ts: pd.DataFrame,
-                      summary: Mapping[str, object]) -> list[Path]:
-    """Per-run figures: the TTFT CDF, and the egress time series when the run sent KV cross-DC."""
-    run_dir = Path(run_dir)
-    name = str(summary.get("deployment") or "run")
-    fig, ax = new_axes()
-    ttft_cdf({name: requests}, ax, title=f"TTFT CDF: {name}")
-    written = [save(fig, run_dir / "fig_ttft_cdf.png")]
-    offload = summary.get("offload_fraction")
-    if len(ts) and isinstance(offload, float) and offload > 0:
-        fig, ax = new_axes((9, 4))
-        egress_timeseries(ts, ax, title=f"Cross-DC egress: {name}")
-        written.append(save(fig, run_dir / "fig_egress.png"))
-    return written

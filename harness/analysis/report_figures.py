@@ -1,4 +1,4 @@
-"""The sweep report's figures: which runs each figure draws, and why a figure is skipped.
+"""Which figures a run and a sweep report get: which runs each figure draws, and why a figure is skipped.
 
 Throughput and TTFT vs load, TTFT CDFs at a common load, PrfaaS egress near capacity, Table 6 beside
 the paper, the planner's Fig. 5 curves with the emulated points on them, the KV-throughput figure,
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +218,21 @@ def _deployment_figures(report: pd.DataFrame, out: Path, emit: Callable[[str, ob
     else:
         notes.append(f"skipped fig_table6.png: no paper reference file ({paper_file})")
     return notes
+
+
+def write_run_figures(run_dir: str | os.PathLike[str], requests: pd.DataFrame, ts: pd.DataFrame,
+                      summary: Mapping[str, object]) -> list[Path]:
+    """Per-run figures: the TTFT CDF, and the egress time series when the run sent KV cross-DC."""
+    from harness.analysis import plots
+
+    run_dir = Path(run_dir)
+    name = str(summary.get("deployment") or "run")
+    fig, ax = plots.new_axes()
+    plots.ttft_cdf({name: requests}, ax, title=f"TTFT CDF: {name}")
+    written = [plots.save(fig, run_dir / "fig_ttft_cdf.png")]
+    offload = summary.get("offload_fraction")
+    if len(ts) and isinstance(offload, float) and offload > 0:
+        fig, ax = plots.new_axes((9, 4))
+        plots.egress_timeseries(ts, ax, title=f"Cross-DC egress: {name}")
+        written.append(plots.save(fig, run_dir / "fig_egress.png"))
+    return written

@@ -177,5 +177,10 @@ def format_report(report: pd.DataFrame, baseline: str = BASELINE) -> str:
         head = (f"{len(report)} runs, {n_dep} deployment(s), swept: {', '.join(params)}; steady_rps = max steady "
                 f"throughput of each point (its capacity where saturated), plan_lambda_max_rps = planner at that point")
         return f"{head}\n\n{_text(sweep_table(report, params))}\n\n{runs}"
-    head = f"{len(report)} runs, {n_dep} deployment(s); capacity = max steady throughput over each load sweep"
+    searched = "capacity_rps" in report.columns and bool(
+        pd.to_numeric(report["capacity_rps"], errors="coerce").notna().any())
+    how = ("the searched capacity (loadgen.rate_rps=max: the highest stable open-loop rate) where a deployment "
+           "has one, else max steady throughput over its load sweep") if searched else \
+        "max steady throughput over each load sweep"
+    head = f"{len(report)} runs, {n_dep} deployment(s); capacity = {how}"
     return f"{head}\n\n{_text(deployment_table(report, baseline))}\n\n{runs}"

@@ -13,7 +13,7 @@ is ahead.
 A route whose prefill pool was busy (>= 90%) in its window counts its completions in units of its
 mean request: each weighs its prefill occupancy (`prefill_end_s - prefill_start_s`) over the mean
 occupancy of all the route's completed requests. Why: a conversation trace's later turns wait for
-the turn they continue (`harness.deploy.capacity.offer_saturation`), and behind a deep queue they
+the turn they continue (`harness.runs.closed_loop.offer_saturation`), and behind a deep queue they
 wait long, so which requests a pool completes inside its window depends on the in-flight count. On
 the Mooncake conversation trace the held turns are light (their prefix is cached): at 4x the
 automatic count PrfaaS-PD's remote window held 38% continuations instead of 42%, its cached share
@@ -39,7 +39,7 @@ from harness.analysis.metrics import completed_mask
 COLUMNS = ("arrival_s", "finish_s", "error", "route", "prefill_instance", "prefill_start_s", "prefill_end_s")
 
 # A route's prefill pool at least this busy in its window sets the route's pace (the same 90% below
-# which the saturation summary calls a bottleneck pool starved: harness/deploy/capacity.py).
+# which the saturation summary calls a bottleneck pool starved: harness/runs/closed_loop.py).
 BUSY_POOL = 0.9
 
 
@@ -193,7 +193,3 @@ def closed_loop_capacity(df: pd.DataFrame, warmup_fraction: float) -> ClosedLoop
                                      busy, weight is not None))
     rates = [r.rate_rps for r in per_route if math.isfinite(r.rate_rps)]
     return ClosedLoopCapacity(min(rates) if rates else rate, start, end, tuple(per_route), ran_out=ran_out)
-
-
-def closed_loop_throughput(df: pd.DataFrame, warmup_fraction: float) -> float:
-    return closed_loop_capacity(df, warmup_fraction).rate_rps

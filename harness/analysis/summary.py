@@ -256,7 +256,7 @@ def write_run(run_dir: str | os.PathLike[str],
     write_parquet(summary_frame([summary]), run_dir / "summary.parquet")  # one dtype per key, any mode
     write_json({**summary, **vllm}, run_dir / "summary.json")
     if bool(cfg_value(analysis_cfg, "figures")):
-        from harness.analysis.plots import (
+        from harness.analysis.report_figures import (
             write_run_figures,  # matplotlib only when figures are wanted
         )
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.clock import Clock
 from harness.deploy.deployment import Deployment
 from harness.deploy.faults import schedule_faults
+from harness.deploy.handoff import Handoff
 from harness.deploy.link import Link
 from harness.deploy.rebalancer import PlanFn, Rebalancer
 from harness.deploy.router.base import ReplanningRouter
@@ -173,6 +174,7 @@ def build(cfg: DictConfig, clock: Clock, mode: str = "sim") -> Built:
         max_batch_tokens=dep.prefill_max_batch_tokens,
         decode_step_s=inputs.decode_step_override_s,
         mode=mode,
+        handoff=Handoff.from_config(dep),
     )
     if isinstance(router, ReplanningRouter) and prfaas is not None:
         router.set_replanner(threshold_for_capacity(cfg, deployment), float(cfg.link.capacity_gbps))

@@ -101,12 +101,20 @@ class DecodeInstance:
         return min(job.request.output_tokens, 1 + max(0, steps - join))
 
     # -- stepping -----------------------------------------------------------------------------
-    def admit(self, job: Job) -> None:
-        """Reserve a slot now; the request joins at the next step boundary."""
+    def admit(self, job: Job, restore_s: float = 0.0) -> None:
+        """Reserve a slot now; the request joins at the next step boundary (after `restore_s`, its KV
+        restored into the slot, which it holds meanwhile)."""
         self.reserved += 1
         need = job.decode_kv_bytes
         self.kv_bytes_used += self.kv_need(job) if need is None else need
         job.decode_instance = self.name
+        if restore_s > 0.0:
+            self.clock.fire_at(self.clock.now() + restore_s, partial(self._enter, job))
+            return
+        self._enter(job)
+
+    def _enter(self, job: Job) -> None:
+        """Join now if the batch is idle, else at the next step boundary (`_join` skips a job cancelled by then)."""
         clock = self.clock
         now = clock.now()
         if not self._ends:  # an idle batch starts at once; else the job joins at the next step boundary

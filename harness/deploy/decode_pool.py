@@ -76,7 +76,12 @@ class DecodePool(DeploymentState):
             need = job.decode_kv_bytes
             landed = self.landed_bytes - (best.kv_need(job) if need is None else need)
             self.landed_bytes = landed if landed > 0.0 else 0.0  # max(0.0, landed)
-            best.admit(job)
+            handoff = self.handoff
+            if handoff is None:
+                best.admit(job)
+            else:  # the KV is restored into the slot before the first token
+                job.kv_restore_s = restore = handoff.restore_s(job.request.input_tokens)
+                best.admit(job, restore)
 
     def _on_first_token(self, job: Job) -> None:
         if self.on_first_token is not None:

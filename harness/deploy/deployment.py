@@ -4,8 +4,9 @@ between them, a hybrid prefix cache pool per cluster and a router, all on one in
 A request's path: look up both clusters' pools (the global KV cache manager's view: l_pd,
 l_prfaas) -> route -> optionally fetch a longer prefix across clusters -> a cache-affine or
 least-loaded prefill instance -> KV streamed to the local decode side while the prefill runs
-(layer-wise pipelining; over RDMA inside the cluster, over the cross-DC link from PrfaaS), held in
-transfer-cache blocks until it lands -> a FIFO wait for a decode slot -> decode. Every submitted
+(layer-wise pipelining; over RDMA inside the cluster, over the cross-DC link from PrfaaS), or sent
+whole after the prefill and a save (store-and-forward, `handoff`), held in transfer-cache blocks until
+it lands -> a FIFO wait for a decode slot -> (a restore) -> decode. Every submitted
 request ends in exactly one record, completed or failed with a reason (also one `cancel`led on the way).
 """
 
@@ -19,6 +20,7 @@ from harness.deploy.cache_pool import HybridCachePool, Lookup
 from harness.deploy.cancel import Cancellation
 from harness.deploy.decode import DecodeInstance
 from harness.deploy.decode_pool import DecodePool
+from harness.deploy.handoff import Handoff
 from harness.deploy.job import Job
 from harness.deploy.link import Link
 from harness.deploy.outage import OutageHandling
@@ -59,8 +61,10 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges, Cancellat
         max_batch_tokens: int | None = None,
         decode_step_s: float | None = None,
         mode: str = "sim",
+        handoff: Handoff | None = None,
     ) -> None:
         self.name = name
+        self.handoff = handoff  # None: layer-wise, no save/restore costs, no hand-off columns (handoff.py)
         self.mode = mode
         self.clock = clock
         self.router = router
@@ -108,8 +112,10 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges, Cancellat
         self._view = DeploymentView(self)  # lazy: every field is read from the live state, so one serves all
 
     def _new_prefill(self, name: str, cluster: str) -> PrefillInstance:
+        handoff = self.handoff
+        save_s = None if handoff is None else (lambda job: handoff.save_s(job.request.input_tokens))
         instance = PrefillInstance(name, self.clock, self.profiles[cluster], self._on_prefill_start,
-                                   self._on_prefill_done, self.max_batch_tokens)
+                                   self._on_prefill_done, self.max_batch_tokens, save_s)
         if cluster in self.least_loaded:  # a role switch after construction
             instance.on_change = self.least_loaded[cluster].push
         return instance
@@ -213,7 +219,7 @@ class Deployment(KvTransfers, DecodePool, OutageHandling, RoleChanges, Cancellat
     # -- records ------------------------------------------------------------------------------
     def _finish(self, job: Job) -> None:
         self.in_flight.pop(job.request.request_id, None)
-        record = job.record(self.name, self.mode)
+        record = job.record(self.name, self.mode, self.handoff is not None)
         if self.keep_records:
             self.records.append(record)
         if self.on_record is not None:

@@ -1,6 +1,7 @@
 """Rate allocation on a shared link: pure functions of numbers (no clock, no flows).
 
 - `water_fill`: max-min fair shares of a capacity among demands with individual caps.
+- `fifo_fill`: first come, first served: each demand in order takes its cap of what is left.
 - `per_connection_bps`: a TCP connection's rate ceiling, the smaller of a fixed cap and the
   Mathis loss ceiling `MSS*8 / (RTT * sqrt(2p/3))` bit/s.
 """
@@ -43,3 +44,19 @@ def water_fill(capacity: float, caps: Sequence[float]) -> tuple[list[float], flo
                 rates[i] = share
         agg += share * left
     return rates, min(capacity, agg)
+
+
+def fifo_fill(capacity: float, caps: Sequence[float]) -> tuple[list[float], float]:
+    """First-come-first-served rates: demands in the given order each take min(cap, what is left).
+
+    A single FIFO queue in front of a shaper (tc tbf) serves a few long flows about this way: the
+    earliest-started flow gets the rate, the next only what it leaves (a capped or still-producing flow
+    leaves some). Returns (rate per demand, aggregate rate); the aggregate never exceeds `capacity`.
+    """
+    rates = []
+    left = capacity
+    for cap in caps:
+        rate = cap if cap < left else left
+        rates.append(rate)
+        left -= rate
+    return rates, capacity - left

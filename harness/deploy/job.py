@@ -27,6 +27,9 @@ class Job:
     prefill_start_s: float = NAN
     prefill_end_s: float = NAN
     kv_bytes: float = 0.0
+    kv_save_s: float = NAN  # saving the KV on the prefill instance (a modelled hand-off only)
+    kv_sent_s: float = NAN  # the KV's transfer started
+    kv_restore_s: float = NAN  # restoring it on the decode instance (a modelled hand-off only)
     kv_done_s: float = NAN  # last KV byte landed on the decode side
     kv_ready_s: float = NAN  # prefill finished and KV landed: ready for decode
     first_token_s: float = NAN
@@ -46,7 +49,7 @@ class Job:
     def new_tokens(self) -> int:
         return self.request.input_tokens - self.cached_tokens
 
-    def record(self, deployment: str, mode: str) -> dict:
+    def record(self, deployment: str, mode: str, handoff: bool = False) -> dict:
         req = self.request
         arrival = req.arrival_s
         ttft = self.first_token_s - arrival
@@ -80,6 +83,10 @@ class Job:
             "fetch_bytes": self.fetch_bytes,
             "error": self.error,
         }
+        if handoff:  # a modelled hand-off (harness/deploy/handoff.py): only then, so default runs write what they did
+            row["kv_save_s"] = self.kv_save_s
+            row["kv_transfer_s"] = self.kv_done_s - self.kv_sent_s
+            row["kv_restore_s"] = self.kv_restore_s
         if self.interrupted:  # only then: a run never stopped has no such column (its files as before)
             row["interrupted"] = True
         if self.ended_s == self.ended_s:  # cancelled or cut off: only then, as `interrupted`

@@ -27,6 +27,12 @@ Semantics (Gbps are 1e9 bit/s; sizes are bytes; times are seconds on the link's 
   flows in progress. Transfers started at the same instant share one recomputation.
 - `egress_series` integrates the recorded piecewise-constant aggregate rate exactly; the
   recorded rate never exceeds the recorded capacity.
+- `efficiency` (goodput over the set rate, <= 1): the flows' payload shares `capacity x efficiency`;
+  the link's own counters (`rate_gbps`, `bytes_sent`, the egress series) count the bytes on the wire,
+  payload / efficiency, as an interface's byte counters do (a shaper's frames carry headers).
+- `sharing="fifo"` replaces max-min fairness: the flows in progress are served in the order they
+  started, each taking what it can (its cap) of what the earlier ones leave (`fair_share.fifo_fill`);
+  a single-queue shaper (tc tbf) does that to a few long flows.
 
 Parts: the sharing math is `harness.deploy.fair_share`, input checks `harness.deploy.link_inputs`,
 the rate log and egress series `harness.deploy.rate_log`, a transfer `harness.deploy.link_flow`;
@@ -43,7 +49,7 @@ import numpy as np
 
 from harness.clock import Clock, Timer
 from harness.deploy import link_inputs
-from harness.deploy.fair_share import per_connection_bps, water_fill
+from harness.deploy.fair_share import fifo_fill, per_connection_bps, water_fill
 from harness.deploy.link_flow import BYTES_PER_GBIT as _BYTES_PER_GBIT
 from harness.deploy.link_flow import Flow
 from harness.deploy.link_inputs import number as _number
@@ -66,8 +72,11 @@ class Link:
                  connections: int = 1, per_connection_gbps: float | None = None,
                  loss_rate: float = 0.0, mss_bytes: int = 1460,
                  capacity_schedule: Sequence[tuple[float, float]] = (),
-                 name: str = "link") -> None:
+                 name: str = "link", efficiency: float = 1.0, sharing: str = "fair") -> None:
         self.name = name
+        self.efficiency = link_inputs.efficiency(efficiency)
+        self.sharing = link_inputs.sharing(sharing)
+        self._fifo = self.sharing == "fifo"
         self._clock = clock
         self._capacity_gbps = _number("capacity_gbps", capacity_gbps)
         self.rtt_s = _number("rtt_s", rtt_s)
@@ -135,12 +144,12 @@ class Link:
 
     @classmethod
     def from_config(cls, clock: Clock, cfg: Any) -> Link:
-        """Build from a `link` config node (`harness.deploy.schema.LinkConfig`; RTT in ms)."""
+        """Build from a `link` config node (`harness.config.deployment.LinkConfig`; RTT in ms)."""
         return cls(clock, cfg.capacity_gbps, rtt_s=link_inputs.number("rtt_ms", cfg.rtt_ms) / 1e3,
                    connections=cfg.connections,
                    per_connection_gbps=cfg.per_connection_gbps, loss_rate=cfg.loss_rate,
                    mss_bytes=cfg.mss_bytes, capacity_schedule=cfg.capacity_schedule,
-                   name=cfg.name)
+                   name=cfg.name, efficiency=cfg.get("efficiency", 1.0), sharing=cfg.get("sharing", "fair"))
 
     # -- public interface ---------------------------------------------------------------------
 
@@ -150,8 +159,8 @@ class Link:
 
     @property
     def rate_gbps(self) -> float:
-        """Current aggregate egress (what a router watching link utilisation would see)."""
-        return self._agg / _BYTES_PER_GBIT
+        """Current aggregate egress on the wire (what a router watching link utilisation would see)."""
+        return self._agg / _BYTES_PER_GBIT / self.efficiency
 
     @property
     def backlog_bytes(self) -> float:
@@ -168,7 +177,7 @@ class Link:
         backlog = self.backlog_bytes
         if backlog <= 0:
             return 0.0
-        capacity = self._capacity_gbps * _BYTES_PER_GBIT
+        capacity = self._capacity_gbps * _BYTES_PER_GBIT * self.efficiency
         return backlog / capacity if capacity > 0 else math.inf
 
     @property
@@ -177,8 +186,8 @@ class Link:
 
     @property
     def bytes_sent(self) -> float:
-        """Bytes that have left the link so far (the integral of the aggregate rate)."""
-        return self._bytes_base + self._agg * (self._clock.now() - self._t_last)
+        """Bytes that have left the link so far, on the wire (the integral of the aggregate rate)."""
+        return (self._bytes_base + self._agg * (self._clock.now() - self._t_last)) / self.efficiency
 
     def transfer(self, nbytes: float, on_done: Callable[[], None], *,
                  produce_s: float = 0.0) -> Flow:
@@ -300,34 +309,15 @@ class Link:
                     next_end = t
         self._flows = keep
         self._next_produce_end = next_produce_end
-        # water_fill(capacity, caps), written out: the caps taken in ascending order (the same
-        # values in the same order as its sorted indices).
-        capacity = self._capacity_gbps * _BYTES_PER_GBIT
-        remaining_capacity, left = capacity, len(caps)
-        share = 0.0
-        for cap in sorted(caps):
-            share = remaining_capacity / left
-            if cap > share:
-                break  # every later cap is at least as large: all of them get `share`
-            remaining_capacity -= cap
-            left -= 1
-        agg = capacity - remaining_capacity
-        if left:
-            agg += share * left
-        self._agg = agg = agg if agg < capacity else capacity  # min(capacity, agg)
-        nxt = next_produce_end
-        if left:  # some flows share what is left equally: a flow capped above the share gets it
-            for f, cap in zip(keep, caps, strict=True):
-                rate = share if cap > share else cap
-                f._rate = rate
-                if rate > 0:
-                    t = now + (f.nbytes - f._sent) / rate
-                    if t < nxt:
-                        nxt = t
-        elif next_end < nxt:  # every flow got its cap: the rates and end times set above stand
-            nxt = next_end
+        capacity = self._capacity_gbps * _BYTES_PER_GBIT * self.efficiency  # payload (x 1.0: exact)
+        if self._fifo:
+            agg, nxt = self._share_fifo(keep, caps, capacity, now, next_produce_end)
+        else:
+            agg, nxt = self._share_fair(keep, caps, capacity, now, next_produce_end, next_end)
         log = self._log  # RateLog.record(now, agg Gbps, capacity Gbps), written out
         rate_gbps, cap_gbps = agg / _BYTES_PER_GBIT, self._capacity_gbps
+        if self.efficiency != 1.0:  # payload to wire bytes (the flows' share was capacity x efficiency)
+            rate_gbps = min(rate_gbps / self.efficiency, cap_gbps)
         log_t = log._t
         if not log_t:
             log_t.append(now)
@@ -356,3 +346,47 @@ class Link:
             timer.cancel()
         self._timer = self._clock.call_at(when, self._on_timer)
         self._timer_when = when
+
+    def _share_fair(self, keep: list[Flow], caps: list[float], capacity: float, now: float,
+                    next_produce_end: float, next_end: float) -> tuple[float, float]:
+        """Max-min fair rates (`water_fill`, written out: the caps taken in ascending order, the same values
+        in the same order as its sorted indices); sets `_agg`, returns it and the next end or production end."""
+        remaining_capacity, left = capacity, len(caps)
+        share = 0.0
+        for cap in sorted(caps):
+            share = remaining_capacity / left
+            if cap > share:
+                break  # every later cap is at least as large: all of them get `share`
+            remaining_capacity -= cap
+            left -= 1
+        agg = capacity - remaining_capacity
+        if left:
+            agg += share * left
+        self._agg = agg = agg if agg < capacity else capacity  # min(capacity, agg)
+        nxt = next_produce_end
+        if left:  # some flows share what is left equally: a flow capped above the share gets it
+            for f, cap in zip(keep, caps, strict=True):
+                rate = share if cap > share else cap
+                f._rate = rate
+                if rate > 0:
+                    t = now + (f.nbytes - f._sent) / rate
+                    if t < nxt:
+                        nxt = t
+        elif next_end < nxt:  # every flow got its cap: the rates and end times set above stand
+            nxt = next_end
+        return agg, nxt
+
+    def _share_fifo(self, keep: list[Flow], caps: list[float], capacity: float, now: float,
+                    next_produce_end: float) -> tuple[float, float]:
+        """FIFO rates (`fifo_fill`): in start order each flow takes its cap of what the earlier ones left; sets
+        `_agg`, returns it and the next end or production end."""
+        rates, agg = fifo_fill(capacity, caps)
+        self._agg = agg
+        nxt = next_produce_end
+        for f, rate in zip(keep, rates, strict=True):
+            f._rate = rate
+            if rate > 0:
+                t = now + (f.nbytes - f._sent) / rate
+                if t < nxt:
+                    nxt = t
+        return agg, nxt

@@ -59,3 +59,21 @@ def capacity_schedule(schedule: Sequence[Any]) -> list[tuple[float, float]]:
                              f"entry's {out[-1][0]:g}; times must be non-decreasing")
         out.append((t, gbps))
     return out
+
+
+SHARING = ("fair", "fifo")
+
+
+def efficiency(value: Any) -> float:
+    """Validate goodput over the set rate: a number in (0, 1]."""
+    eff = number("efficiency", value, strict=True)
+    if eff > 1.0:
+        raise InputError(f"link.efficiency must be in (0, 1] (goodput over the set rate), got {value!r}")
+    return eff
+
+
+def sharing(value: Any) -> str:
+    """Validate how concurrent transfers share the link: one of SHARING."""
+    if value not in SHARING:
+        raise InputError(f"link.sharing must be one of {', '.join(SHARING)}, got {value!r}")
+    return str(value)

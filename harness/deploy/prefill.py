@@ -34,6 +34,7 @@ class PrefillInstance:
         on_start: Callable[[Job, float], None],
         on_done: Callable[[Job], None],
         max_batch_tokens: int | None = None,
+        save_s: Callable[[Job], float] | None = None,
     ) -> None:
         self.name = name
         self.clock = clock
@@ -41,6 +42,7 @@ class PrefillInstance:
         self.on_start = on_start
         self.on_done = on_done
         self.max_batch_tokens = max_batch_tokens
+        self.save_s = save_s  # saving a request's KV after its prefill (harness/deploy/handoff.py): part of its pass
         self.queue: deque[Job] = deque()
         self.running: list[Job] = []
         self._queued_work_s = 0.0
@@ -77,6 +79,9 @@ class PrefillInstance:
         job.prefill_instance = self.name
         cached = job.cached_tokens
         job.prefill_s = work = self.profile.prefill_s(job.request.input_tokens - cached, cached)  # service_s
+        if self.save_s is not None:  # the save runs on the instance after the prefill: it lengthens the pass
+            job.kv_save_s = save = self.save_s(job)
+            job.prefill_s = work = work + save
         self.queue.append(job)
         self._queued_work_s += work
         if not self.running:
@@ -165,9 +170,10 @@ class PrefillInstance:
         self._busy_until = now + duration
         self.busy_s += duration
         on_start = self.on_start
+        compute = duration if self.save_s is None else duration - sum(job.kv_save_s for job in batch)
         for job in batch:
             job.prefill_start_s = now
-            on_start(job, duration)
+            on_start(job, compute)
         self.clock.fire_at(now + duration, self._finish)
         if len(batch) > 1:
             self._changed()  # a batch pays the fixed cost once: the instance frees up earlier
@@ -177,8 +183,9 @@ class PrefillInstance:
         if now < self._busy_until:  # the end of a pass since aborted or shortened (see `abort`)
             return
         batch, self.running = self.running, []
+        end = now if self.save_s is None else now - sum(job.kv_save_s for job in batch)  # the saves came after
         for job in batch:
-            job.prefill_end_s = now
+            job.prefill_end_s = end
             self.on_done(job)
         if self.queue:  # else _start_next has nothing to start
             self._start_next()

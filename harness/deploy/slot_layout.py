@@ -38,9 +38,9 @@ sequences (`decode_step_s(n, context)`, calibrated on n streams in adjacent slot
 prompt chunks are charged by the caller (the aggregated instance's separate-passes form). A ubatch's
 context is the sum of its decoders' contexts: although llama.cpp pads the KV cells a ubatch's
 attention reads to the longest stream (`get_n_kv`), streams of 128 + 1,400 tokens in slots 0, 1 took
-8.3 ms a step and 800 + 800 8.5 ms (engine CPU, 11:15 UTC), as the sum says, not the padded span;
+8.3 ms a step and 800 + 800 8.5 ms (engine CPU), as the sum says, not the padded span;
 one 1,408-token stream beside three of 128 took 9.5 / 9.7 ms a step, four of 448 (the same sum, a
-third of the span) 9.1 / 9.6 ms (engine timings, two probe rounds, 11:22 UTC): a span term fitted 0.
+third of the span) 9.1 / 9.6 ms (engine timings, two probe rounds): a span term fitted 0.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from harness.clock import Clock
     from harness.deploy.cache_pool import HybridCachePool
     from harness.deploy.decode import DecodeInstance
+    from harness.deploy.handoff import Handoff
     from harness.deploy.job import Job
     from harness.deploy.link import Link
     from harness.deploy.prefill import PrefillInstance
@@ -38,6 +39,7 @@ class DeploymentState:
     held: list[Job]
     draining: list[Drain]
     roles_log: list[tuple[float, int, int]]
+    handoff: Handoff | None
     cross_link: Link | None
     reverse_link: Link | None
     rdma_link: Link | None

@@ -1,8 +1,9 @@
 """KV transfer management of a deployment: the KV each request ships and when.
 
-A prefill's KV streams to the decode side while it is computed (layer-wise pipelining): over RDMA
-inside the local cluster, over the cross-DC link from PrfaaS, held in transfer-cache blocks until it
-lands. A request may first fetch a longer cached prefix from the other cluster (cross-cluster cache
+A prefill's KV streams to the decode side while it is computed (layer-wise pipelining), or, with a
+store-and-forward hand-off (harness/deploy/handoff.py), is sent whole once the prefill and its save have
+ended: over RDMA inside the local cluster, over the cross-DC link from PrfaaS, held in transfer-cache
+blocks until it lands. A request may first fetch a longer cached prefix from the other cluster (cross-cluster cache
 transfer). Mixed into `Deployment` (harness/deploy/deployment.py), whose state it reads.
 """
 
@@ -57,6 +58,9 @@ class KvTransfers(DeploymentState):
         full = float(profile.kv_bytes(job.request.input_tokens))
         job.kv_bytes = kv_bytes = full if cached_local <= 0 else (
             full - float(profile.kv_bytes(cached_local)) + float(profile.kv_bytes(0)))
+        handoff = self.handoff
+        if handoff is not None:  # the bytes on the link beyond the KV (a saved file's header and bookkeeping)
+            job.kv_bytes = kv_bytes = kv_bytes + handoff.extra_bytes(job.request.input_tokens - max(cached_local, 0))
         if link is None:
             return
         job.transfer_pending = True
@@ -65,6 +69,9 @@ class KvTransfers(DeploymentState):
             evicted = pool.reserve_transfer(kv_bytes)
             if evicted:
                 self._note_evictions(evicted)
+        if handoff is not None and handoff.store_and_forward:
+            return  # sent when the prefill and the save end (_on_prefill_done)
+        job.kv_sent_s = self.clock.now()
         job.flows.append(link.transfer(kv_bytes, partial(self._on_transfer_done, job), produce_s=duration_s))
 
     def _on_prefill_done(self, job: Job) -> None:
@@ -78,6 +85,11 @@ class KvTransfers(DeploymentState):
             return
         if not job.transfer_pending:
             self._kv_ready(job)
+        elif not job.flows:  # store-and-forward: the saved KV leaves now, whole
+            link = self.cross_link if job.route == PRFAAS else self.rdma_link
+            assert link is not None  # transfer_pending is set only where there is a link
+            job.kv_sent_s = self.clock.now()
+            job.flows.append(link.transfer(job.kv_bytes, partial(self._on_transfer_done, job)))
         if self.draining:
             self._check_draining()
 

@@ -18,8 +18,8 @@ from typing import Any, TypeVar, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.config.deployment import DeploymentConfig, LinkConfig
 from harness.costmodel.nodes import number
-from harness.deploy.schema import DeploymentConfig, LinkConfig
 from harness.errors import InputError
 from harness.planner.schema import PlannerConfig
 from harness.planner.search import SERVICE_TIMES

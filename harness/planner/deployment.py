@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.deployment import DeploymentConfig, LocalClusterConfig
 from harness.costmodel import InstanceProfile
 from harness.costmodel.nodes import number
-from harness.deploy.schema import DeploymentConfig, LocalClusterConfig
 from harness.errors import InputError
 from harness.planner.configs import deployment_config, fixed_threshold, link_config, planner_config
 from harness.planner.distribution import LengthDistribution
@@ -91,10 +91,11 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
         inputs = shared_inputs(dep, model_cfg, planner)
     service_time, slo = inputs.service_time, inputs.slo_tokens_per_s
     local_prof, remote_prof = inputs.local, inputs.remote if remote_cfg is not None else None
-    n_prfaas, link_gbps = 0, None
+    n_prfaas, link_gbps, efficiency = 0, None, 1.0
     if remote_prof is not None and remote_cfg is not None:
         n_prfaas = remote_cfg.instances
-        link_gbps = link_config(link_cfg).capacity_gbps
+        link = link_config(link_cfg)
+        link_gbps, efficiency = link.capacity_gbps, link.efficiency
     if local_prof.bs_max < 1:
         raise InputError(f"no feasible configuration: a decode instance of {_describe(local_prof)} cannot hold "
                          f"one sequence within the {slo:g} tok/s SLO and its KV memory")
@@ -106,8 +107,11 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
     all_remote = remote_prof is not None and int(n_p.max()) == 0
     thresholds, applies, notes = _thresholds(dep, planner, remote_prof is not None, all_remote)
     stages = Stages(local=local_prof, remote=remote_prof, n_prfaas=n_prfaas,
-                    link_bytes_per_s=None if link_gbps is None else link_gbps * 1e9 / 8.0,
-                    t_decode_s=t_decode, bs_max=local_prof.bs_max, mean_output_tokens=l_out)
+                    link_bytes_per_s=None if link_gbps is None else link_gbps * 1e9 / 8.0 * efficiency,
+                    t_decode_s=t_decode, bs_max=local_prof.bs_max, mean_output_tokens=l_out,
+                    save_s=(dep.kv_save_s.base_s, dep.kv_save_s.per_token_s),
+                    restore_s=(dep.kv_restore_s.base_s, dep.kv_restore_s.per_token_s),
+                    extra_bytes=(dep.kv_bytes_overhead.fixed_bytes, dep.kv_bytes_overhead.per_token_bytes))
     grid = evaluate(dist, stages, thresholds, n_p, n_d, service_time)
     try:
         i, j = best_index(grid, planner.tie_rel_tol)
@@ -115,7 +119,7 @@ def plan_deployment(deployment_cfg: Any, model_cfg: Any, link_cfg: Any, planner_
         raise InputError(f"deployment {name}: {err}") from err
     return Plan(
         deployment=name, model=local_prof.model, service_time=service_time, grid=grid, i=i, j=j,
-        n_prfaas=n_prfaas, n_local=n_local, threshold_applies=applies, link_gbps=link_gbps,
+        n_prfaas=n_prfaas, n_local=n_local, threshold_applies=applies, link_gbps=link_gbps, link_efficiency=efficiency,
         price_prfaas=remote_prof.price_per_instance if remote_prof is not None else 0.0,
         price_local=local_prof.price_per_instance, bs_max=local_prof.bs_max, t_decode_s=t_decode,
         mean_output_tokens=l_out, notes=notes, slo_tokens_per_s=slo, decode_context_tokens=context,

@@ -37,6 +37,7 @@ class Plan:
     slo_tokens_per_s: float = 40.0
     decode_context_tokens: float | None = None  # mean context per decoding sequence (Eq. 5's step is taken there)
     decode_step: Any = field(default=None, repr=False)  # (batch, context tokens) -> s; None: constant t_decode_s
+    link_efficiency: float = 1.0  # payload per byte on the wire: egress is counted on the wire, payload / this
 
     def decode_batch(self, rate_rps: float) -> float:
         """Mean sequences per decode instance at an offered rate (Little's law, n = a * L_out * step(n)).
@@ -91,10 +92,11 @@ class Plan:
 
     @property
     def egress_gbps(self) -> float:
-        """Average PrfaaS egress at Lambda_max: Lambda * p * S_kv(l_long), in Gbit/s."""
+        """Average PrfaaS egress at Lambda_max: Lambda * p * S_kv(l_long), in Gbit/s on the wire."""
         if self.offload_fraction <= 0:
             return 0.0
-        return self.lambda_max_rps * self.offload_fraction * float(self.grid.s_kv_long_bytes[self.i]) * _GBIT
+        payload = self.lambda_max_rps * self.offload_fraction * float(self.grid.s_kv_long_bytes[self.i]) * _GBIT
+        return payload / self.link_efficiency
 
     @property
     def bound(self) -> str:
@@ -145,8 +147,8 @@ class Plan:
             "s_kv_long_bytes": _num(g.s_kv_long_bytes[i]) if remote_used else None,
             "theta_prfaas_compute_rps": _num(g.theta_prfaas_compute[i]) if remote_used else None,
             "bandwidth_ceiling_rps": _num(g.theta_prfaas_bandwidth[i]) if remote_used else None,
-            "egress_saturation_gbps": (_num(self.n_prfaas * g.s_kv_long_bytes[i] * _GBIT / g.t_long_s[i])
-                                       if remote_used else None),
+            "egress_saturation_gbps": (_num(self.n_prfaas * g.s_kv_long_bytes[i] * _GBIT / g.t_long_s[i]
+                                            / self.link_efficiency) if remote_used else None),
             "link_capacity_gbps": self.link_gbps if self.n_prfaas > 0 else None,
             "bs_max": self.bs_max,
             "t_decode_s": self.t_decode_s,

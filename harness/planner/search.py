@@ -39,6 +39,18 @@ class Stages:
     t_decode_s: float
     bs_max: int
     mean_output_tokens: float
+    # The KV hand-off's per-request costs, (base, per prompt token): a save lengthens a prefill instance's
+    # service, a restore a decode slot's; bytes beyond the KV go over the link (harness/deploy/handoff.py).
+    save_s: tuple[float, float] = (0.0, 0.0)
+    restore_s: tuple[float, float] = (0.0, 0.0)
+    extra_bytes: tuple[float, float] = (0.0, 0.0)
+
+
+def _plus(values: np.ndarray, cost: tuple[float, float], tokens: np.ndarray) -> np.ndarray:
+    """values + base + per_token x tokens (values as they are when the cost is zero)."""
+    if cost == (0.0, 0.0):
+        return values
+    return cast(np.ndarray, values + cost[0] + cost[1] * np.nan_to_num(tokens))
 
 
 @dataclass
@@ -89,6 +101,9 @@ def evaluate(dist: LengthDistribution, stages: Stages, thresholds: np.ndarray, n
             _, _, s_long, _ = dist.split(thresholds, cast(np.ndarray, remote.kv_bytes(dist.values)))
         else:
             t_long = s_long = np.full_like(p, np.nan)
+    t_short = _plus(t_short, stages.save_s, l_short)  # linear costs: at the mean length is the mean cost
+    t_long = _plus(t_long, stages.save_s, l_long)
+    s_long = _plus(s_long, stages.extra_bytes, l_long)
     inf = np.inf
     with np.errstate(divide="ignore", invalid="ignore"):
         if remote is not None:
@@ -101,7 +116,10 @@ def evaluate(dist: LengthDistribution, stages: Stages, thresholds: np.ndarray, n
         theta_pd_p = n_p[None, :] / t_short[:, None]
         theta_pd_p = np.where(q[:, None] > 0, theta_pd_p, np.nan)  # no local traffic: undefined
         pd_p_term = np.where(q[:, None] > 0, theta_pd_p / q[:, None], inf)
-    theta_pd_d = n_d * stages.bs_max / (stages.t_decode_s * stages.mean_output_tokens)
+    slot_s = stages.t_decode_s * stages.mean_output_tokens  # a request's time in its decode slot
+    if stages.restore_s != (0.0, 0.0):
+        slot_s += stages.restore_s[0] + stages.restore_s[1] * dist.mean
+    theta_pd_d = n_d * stages.bs_max / slot_s
     lam = np.minimum(np.minimum(prfaas_term[:, None], pd_p_term), theta_pd_d[None, :])
     return Grid(thresholds, n_p.astype(int), n_d.astype(int), p, l_long, l_short, t_long, t_short, s_long,
                 compute, bandwidth, theta_pd_p, theta_pd_d, prfaas_term, pd_p_term, lam)

@@ -45,7 +45,13 @@ def run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
         raise InputError(f"mode={cfg.mode!r} is not available in this build; valid: {choices(MODES)}")
     with writing_to(out):
         out.mkdir(parents=True, exist_ok=True)
-    if cfg.mode == "sim":
+    from harness.runs.capacity import is_search
+
+    if is_search(cfg):  # loadgen.rate_rps=max: open-loop runs bisected to the capacity, then the run at it
+        from harness.runs.capacity import run_search
+
+        result = run_search(cfg, out)
+    elif cfg.mode == "sim":
         from harness.runs.sim import run_sim
 
         result = run_sim(cfg, out)

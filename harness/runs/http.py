@@ -28,12 +28,12 @@ from omegaconf import DictConfig
 from harness.analysis.frames import requests_frame
 from harness.analysis.summary import percentiles_of, vllm_chunk_metrics
 from harness.analysis.timeseries import bin_edges, build_timeseries, occupancy
-from harness.deploy.capacity import saturation_meta
 from harness.errors import require
 from harness.loadgen.health import loadgen_health, no_completion_warning
 from harness.loadgen.run import HttpLoad, check_target, chunks_frame, client_rows, drive
 from harness.loadgen.settings import burstiness, lg_get
 from harness.loadgen.timescale import announced_mismatch
+from harness.runs.closed_loop import saturation_meta
 from harness.runs.offer import Offer, make_offer
 from harness.runs.recording import OutputError, RecordStream, streams_from
 from harness.runs.sim import RunResult
@@ -145,7 +145,7 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None, mode: str |
     result.meta.update(time_scale_source=load.time_scale_source, max_concurrency=lg_get(cfg, "max_concurrency"),
                        burstiness=burstiness(cfg),
                        vllm=vllm_chunk_metrics(result.extras["chunks"], result.requests, percentiles_of(cfg.analysis)))
-    if offer.saturate:  # a capacity run: summarised as a sim one (harness/deploy/capacity.py)
+    if offer.saturate:  # a capacity run: summarised as a sim one (harness/runs/closed_loop.py)
         plan = server.built.plan if server is not None else None
         result.meta["saturation"] = saturation_meta(cfg, result.requests, result.timeseries, plan,
                                                     int(offer.concurrency or 0))

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from harness.deploy.capacity import saturation_in_flight
 from harness.errors import require
 from harness.loadgen.ramp import apply_ramp
 from harness.loadgen.settings import lg_get
+from harness.runs.closed_loop import saturation_in_flight
 from harness.workload import build_workload
 from harness.workload.build import instantiate_workload
 from harness.workload.request import Request

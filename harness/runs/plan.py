@@ -21,9 +21,9 @@ import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from harness.config.deployment import LinkConfig
 from harness.costmodel import build_profile
 from harness.costmodel.schema import ModelConfig
-from harness.deploy.schema import LinkConfig
 from harness.errors import InputError, choices
 from harness.planner import Plan, plan_deployment
 from harness.planner.configs import deployment_config, planner_config, typed

@@ -27,8 +27,8 @@ from harness.analysis.saturation import COLUMNS as SATURATION_COLUMNS
 from harness.analysis.timeseries import bin_edges, build_timeseries, link_series
 from harness.clock import VirtualClock
 from harness.deploy.build import build
-from harness.deploy.capacity import offer_saturation, saturation_meta
 from harness.loadgen.settings import burstiness
+from harness.runs.closed_loop import offer_saturation, saturation_meta
 from harness.runs.offer import make_offer
 from harness.runs.recording import (
     RecordStream,

@@ -1,6 +1,6 @@
 """`harness-testbed up|down|status`: the PD testbed by hand (a `mode=testbed` run stands up its own).
 
-    harness-testbed up [overrides]   stand it up from the same configs a run uses (experiment=testbed unless
+    harness-testbed up [overrides]   stand it up from the same configs a run uses (experiment=testbed_scale unless
                                      another is given), print the router URL on stdout, serve until Ctrl-C or
                                      SIGTERM, then tear it down
     harness-testbed down [--all]     stop testbeds made by `up` and clear leftovers of killed runs

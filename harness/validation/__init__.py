@@ -1,1 +1,1 @@
-"""Calibrate the emulator from a real engine, predict it, and check the prediction (issue 11)."""
+"""Calibrate the emulator from a real engine, predict it, and check the prediction."""

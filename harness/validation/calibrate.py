@@ -14,7 +14,7 @@ Fits (residuals kept in the provenance):
   base_s + per_seq_s N + per_token_s context.
 - prefix attention: what extending a cached prefix costs, from the cached probes.
 - wake: what a prompt costs beyond the back-to-back curve when the engine sat idle before it
-  (llama-server on this machine: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
+  (the project's llama-server on 2 vCPUs: ~10-35 ms more after 0.6-1.5 s idle, none after 0.3 s).
 - mixed: m prompts sent together beside k decoding streams, fitted as the aggregated instance's
   step with `mixed_prompt_factor` (`mixed_parts`, its form set by `deployment.separate_passes`).
 - prompt cache saves (`fit_cache_save`): llama-server copies the KV of the slot the previous probe

@@ -20,7 +20,7 @@ import pandas as pd
 
 METRICS = ("throughput_rps", "ttft_p50_s", "ttft_p90_s", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s")
 COLUMNS = ["load_rps", "load_fraction", "metric", "measured", "predicted", "rel_error", "repeat", "repeat_rel_diff"]
-# Issue 11's targets (|rel_error| at most): reported beside the numbers, not enforced here.
+# The validation targets (|rel_error| at most): reported beside the numbers, not enforced here.
 TARGETS = {"throughput_rps": 0.05, "ttft_p50_s": 0.15, "ttft_p90_s": 0.15, "tpot_mean_s": 0.10}
 
 

@@ -1,10 +1,10 @@
 """`experiment.engine.cpus`: the engine on its own CPUs, the harness (load generator, probes) on the others
 (`auto`: the engine on the last CPUs this process may use, one per engine thread, when any are left).
 
-On this 2-vCPU machine, with nothing pinned, the scheduler now and then runs the load generator on the
-vCPU where llama-server decodes (its client wakes at every streamed token). Measured here (engine's own
+On a 2-vCPU machine, with nothing pinned, the scheduler now and then runs the load generator on the
+vCPU where llama-server decodes (its client wakes at every streamed token). Measured on one (engine's own
 per-token step of 4 streams on slots 0-3, 128-token prompts, 200 tokens out, engine 1 thread, nice -10,
-alternating 8 times, 15:53 UTC 1 Dec, `/tmp/e11h/vcpu_same.py`): client on the engine's vCPU 9.26 ms
+alternating 8 times; docs/results/engine-validation.md): client on the engine's vCPU 9.26 ms
 median (8.50-11.04), on the other vCPU 8.36 ms (8.20-8.74); which vCPU the engine had made no difference
 (8.39 vs 8.32 ms, unpinned 8.60). The client's own CPU per request rose with it (~90 vs ~79 ms a run), as
 it did in the validation sweeps' slow engine passes. Pinning both apart keeps that placement fixed for the

@@ -84,8 +84,8 @@ def hit_tokens(matched_blocks: int, input_tokens: int, block_tokens: int) -> int
 def replay_hits(requests: Sequence[Request], block_tokens: int, capacity_blocks: int | None = None) -> np.ndarray:
     """Hit tokens of each request when the requests pass, in order, through one prefix cache.
 
-    Each request is looked up, then all of its blocks are inserted or touched (the README's
-    "How these were computed" convention for the staged Mooncake traces).
+    Each request is looked up, then all of its blocks are inserted or touched (the convention of the
+    sample traces' published hit rates, traces/README.md).
     """
     cache = PrefixCache(capacity_blocks)
     out = np.empty(len(requests), dtype=np.int64)

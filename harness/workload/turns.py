@@ -4,7 +4,7 @@ A saturation run (`loadgen.rate_rps=inf`) is a closed loop: each completion send
 in trace order. A user sends the next turn of a conversation after the answer, so a turn is never
 sent before the turn it continues has ended; without that rule a large in-flight count sends later
 turns before their prefix exists, and capacity falls with the knob as the cache stops helping. Sim
-mode (harness/deploy/capacity.py) and the HTTP load generator (harness/loadgen/engine.py) both take
+mode (harness/runs/closed_loop.py) and the HTTP load generator (harness/loadgen/engine.py) both take
 their requests from a `TurnOrder`.
 """
 

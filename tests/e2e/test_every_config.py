@@ -24,8 +24,8 @@ from harness.analysis.summary import summarize
 from harness.clock import VirtualClock
 from harness.costmodel import build_profile
 from harness.deploy.build import build
+from harness.runs.sim import run_sim
 from harness.schema import register_configs
-from harness.sim import run_sim
 from harness.workload import instantiate_workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -111,5 +111,21 @@ def _run_as_a_run_does(group: str, cfg) -> None:
 
 
 def test_every_group_folder_is_covered():
-    folders = {p.name for p in CONF.iterdir() if p.is_dir()} - {"experiment", "gates", "hydra", "local"}
+    # scale/: an experiment's size of a deployment, chosen by the two together (test_scale_... below)
+    folders = {p.name for p in CONF.iterdir() if p.is_dir()} - {"experiment", "gates", "hydra", "local", "scale"}
     assert folders <= set(SELECT), f"add {sorted(folders - set(SELECT))} to SELECT"
+
+
+SCALES = sorted((p.parent.name, p.stem) for p in (CONF / "scale").glob("*/*.yaml"))
+
+
+@pytest.mark.parametrize(("deployment", "experiment"), SCALES, ids=[f"{d}/{e}" for d, e in SCALES])
+def test_a_scale_file_resizes_its_deployment_under_its_experiment(deployment, experiment):
+    """conf/scale/<deployment>/<experiment>.yaml: both exist, and composing the two applies the file."""
+    assert (CONF / "deployment" / f"{deployment}.yaml").is_file()
+    assert (CONF / "experiment" / f"{experiment}.yaml").is_file()
+    sized = OmegaConf.load(CONF / "scale" / deployment / f"{experiment}.yaml")
+    cfg = _compose(f"experiment={experiment}", f"deployment={deployment}")
+    for key, value in sized.items():
+        if key != "defaults":  # the file's values are in the composed deployment: merging them changes nothing
+            assert OmegaConf.merge(cfg.deployment[key], value) == cfg.deployment[key], key

@@ -28,7 +28,7 @@ from harness.loadgen.client import OpenAIHttpTarget
 from harness.loadgen.clock import MonotonicClock
 from harness.loadgen.engine import run_load
 from harness.loadgen.prompts import PromptBuilder
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 from harness.workload import build_workload
 
 pytestmark = pytest.mark.timeout(40)

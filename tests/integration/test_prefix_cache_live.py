@@ -24,7 +24,7 @@ import pytest
 import harness.runs.sim as sim_mode
 from harness.runs.http import run_live
 from harness.runs.offer import make_offer
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 
 def _sim_on_the_live_arrivals(cfg, live: pd.DataFrame, monkeypatch) -> tuple[pd.DataFrame, set[int]]:

@@ -15,7 +15,7 @@ import pytest
 
 from harness.analysis import metrics as m
 from harness.runs.http import run_live
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 TIME_SCALE = 20.0
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from harness.runs.sim import run_sim
 from harness.schema import register_configs
-from harness.sim import run_sim
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 

@@ -1,5 +1,5 @@
 """A saturation run's closed loop never sends a turn before the turn it continues has completed
-(README, "Saturation runs"; harness/deploy/capacity.py `offer_saturation`), checked on its records.
+(README, "Saturation runs"; harness/runs/closed_loop.py `offer_saturation`), checked on its records.
 
 Both kinds of continuation: a session's next turn (the agentic workload: the test pairs the turns
 itself, from each request's session and turn), and a prompt that extends an earlier one (the Mooncake
@@ -11,8 +11,8 @@ send those turns together; each test checks that first (the rule had something t
 
 from __future__ import annotations
 
-from harness.deploy.capacity import predecessors
-from harness.sim import run_sim
+from harness.runs.closed_loop import predecessors
+from harness.runs.sim import run_sim
 from harness.workload import build_workload
 
 from .conftest import compose_cfg

@@ -7,7 +7,7 @@ import pytest
 
 from harness.analysis.summary import summarize
 from harness.planner import plan_deployment
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 from harness.workload import input_length_distribution, mean_output_tokens
 
 from .conftest import compose_cfg

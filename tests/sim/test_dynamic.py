@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.analysis.summary import summarize
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 from harness.workload import build_workload, trace_stats
 
 from .conftest import compose_cfg

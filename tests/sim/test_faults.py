@@ -7,7 +7,7 @@ import pytest
 
 from harness.analysis.summary import summarize
 from harness.errors import InputError
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 from .conftest import compose_cfg
 

@@ -16,7 +16,7 @@ import pytest
 from harness.clock import VirtualClock
 from harness.runs import sim as sim_module
 from harness.runs.assemble import run_into
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 from .conftest import compose_cfg
 

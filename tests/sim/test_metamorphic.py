@@ -32,7 +32,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from harness.analysis.summary import summarize
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 from .conftest import compose_cfg
 

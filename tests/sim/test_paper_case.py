@@ -43,7 +43,7 @@ def _summary(cfg, result):
 @pytest.fixture(scope="module")
 def saturation():
     """Each deployment driven closed-loop at saturation (rate inf): its sustained throughput."""
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     out = {}
     for name in DEPLOYMENTS:
@@ -85,7 +85,7 @@ def test_sustained_throughput_matches_the_planner_on_the_same_lengths(saturation
 def test_paper_case_capacity_is_the_same_at_4x_the_automatic_in_flight(saturation, name):
     """Capacity without a hidden knob: the saturation run's in-flight count comes from the planner, and
     the answer barely moves at 4x that count (the Mooncake trace's case is in tests/sim/test_saturation.py)."""
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     _, _, auto = saturation[name]
     n = int(auto["saturation_in_flight"])
@@ -119,7 +119,7 @@ def test_calibration_homogeneous_capacity_still_holds(saturation):
 @pytest.fixture(scope="module")
 def low_load():
     """Each deployment at 0.25 req/s (nothing queues), run once for the module: name -> summary."""
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     runs: dict[str, dict] = {}
 
@@ -153,7 +153,7 @@ def test_calibration_homogeneous_low_load_p90_still_holds(low_load):
 
 def test_ttft_grows_with_load_as_queueing_says():
     """Mean TTFT rises monotonically with offered load and blows up past capacity."""
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     ttft = []
     for rate in (0.5, 1.5, 2.5, 3.0, 4.0):

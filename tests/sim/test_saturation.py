@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness.analysis.summary import summarize
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 from .conftest import compose_cfg
 

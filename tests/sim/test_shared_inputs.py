@@ -12,7 +12,7 @@ import pytest
 from harness.analysis.summary import summarize
 from harness.clock import VirtualClock
 from harness.deploy.build import build
-from harness.sim import run_sim
+from harness.runs.sim import run_sim
 
 from .conftest import compose_cfg
 

@@ -37,3 +37,14 @@ def _outside(name: str, allowed: tuple[str, ...]) -> bool:
 def test_package_imports_only_what_it_may(package, allowed):
     bad = {f: sorted(n for n in names if _outside(n, allowed)) for f, names in _imports(package).items()}
     assert not {f: n for f, n in bad.items() if n}
+
+
+@pytest.mark.parametrize("package,forbidden", [
+    ("planner", "harness.deploy"),  # the config types both read live below both (harness/config/)
+    ("deploy", "harness.analysis"),  # the emulator records; the run layer and analysis measure
+    ("config", "harness.deploy"),
+    ("config", "harness.planner"),
+])
+def test_package_never_imports(package, forbidden):
+    bad = {f: sorted(n for n in names if not _outside(n, (forbidden,))) for f, names in _imports(package).items()}
+    assert not {f: n for f, n in bad.items() if n}

@@ -1,4 +1,4 @@
-"""The tidy frames: declared dtypes, required columns, atomic Parquet writes, append + consolidate."""
+"""The tidy frames: declared dtypes, required columns, atomic Parquet writes, reading an interrupted run's parts."""
 
 from __future__ import annotations
 
@@ -79,16 +79,18 @@ def test_read_parquet_of_a_missing_file_is_an_input_error(tmp_path):
         frames.read_parquet(tmp_path / "nothing.parquet")
 
 
-def test_append_then_consolidate_keeps_every_record_in_order(tmp_path):
+def _write_part(path, index: int, rows: list[dict]) -> None:
+    """One part as a run's recorder streams it (harness/runs/recording.py): `<file>.parts/part-NNNNNN.parquet`."""
+    part = path.with_name(path.name + ".parts") / f"part-{index:06d}.parquet"
+    frames.write_parquet(frames.requests_frame(rows), part)
+
+
+def test_an_interrupted_run_is_read_from_its_parts_in_order(tmp_path):
     path = tmp_path / "requests.parquet"
     for batch in range(3):
-        frames.append_records(path, [record(batch * 10 + i) for i in range(4)])
-    partial = frames.read_parquet(path)  # an interrupted run is still readable from its parts
-    assert len(partial) == 12
-    df = frames.consolidate(path)
+        _write_part(path, batch, [record(batch * 10 + i) for i in range(4)])
+    df = frames.read_parquet(path)
     assert df["request_id"].tolist() == [b * 10 + i for b in range(3) for i in range(4)]
-    assert not (tmp_path / "requests.parquet.parts").exists()
-    assert frames.read_parquet(path)["request_id"].tolist() == df["request_id"].tolist()
 
 
 @pytest.mark.parametrize("column", [
@@ -110,7 +112,7 @@ def test_string_columns_keep_text_and_missing_whatever_they_come_as(column):
 def test_a_run_killed_before_its_first_batch_is_left_out_of_the_report_with_a_note(tmp_path, capsys):
     from harness.analysis.runs import collect
 
-    frames.append_records(tmp_path / "0_a" / "requests.parquet", [record(i) for i in range(4)])  # killed midway
+    _write_part(tmp_path / "0_a" / "requests.parquet", 0, [record(i) for i in range(4)])  # killed midway
     (tmp_path / "1_b" / "requests.parquet.parts").mkdir(parents=True)  # killed before its first batch landed
     report = collect([tmp_path])
     assert report["run_name"].tolist() == ["0_a"] and report["incomplete"].astype(bool).all()

@@ -57,8 +57,8 @@ def test_ttft_cdf_uses_completed_requests_only(plots):
     _fig, ax = plots.new_axes()
     plots.ttft_cdf({"a": req}, ax)
     x, y = lines_by_label(ax)["a"]
-    assert x == [1.0, 2.0, 3.0]
-    assert y == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert x == [-np.inf, 1.0, 2.0, 3.0]  # the step from 0 starts left of every point
+    assert y == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
 
 
 def test_a_run_with_no_completed_request_gets_an_empty_cdf_without_a_warning(plots, recwarn):
@@ -93,8 +93,8 @@ def test_table6_comparison_puts_harness_and_paper_bars_side_by_side(plots):
     heights = [p.get_height() for p in capacity_ax.patches]
     assert heights == [2.0, 3.0, 2.1, 3.2]  # harness bars (a, b), then paper bars (a, b)
     assert "req/s" in capacity_ax.get_ylabel()
-    p90 = [p.get_height() for p in fig.axes[2].patches]
-    assert np.isnan(p90[:3]).all() and p90[3] == 3.5
+    p90 = [(p.get_x() + p.get_width() / 2, p.get_height()) for p in fig.axes[2].patches]
+    assert p90 == [pytest.approx((1.2, 3.5))]  # only b's paper value: right of b's tick (x = 1)
 
 
 def test_plan_threshold_and_split_mark_the_optimum(plots):

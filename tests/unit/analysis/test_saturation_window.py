@@ -9,7 +9,7 @@ import pytest
 
 from harness.analysis import metrics as m
 from harness.analysis.saturation import closed_loop_capacity
-from harness.deploy.capacity import starvation
+from harness.runs.closed_loop import starvation
 
 
 def _frame(prfaas_order: np.ndarray, occupancy: np.ndarray, local_occupancy: float | np.ndarray = 0.1) -> pd.DataFrame:
@@ -98,7 +98,7 @@ def test_a_route_whose_pool_was_not_busy_counts_one_per_completion():
 def test_the_summary_names_the_route_that_set_the_rate_and_how_it_was_counted():
     from omegaconf import OmegaConf
 
-    from harness.deploy.capacity import saturation_meta
+    from harness.runs.closed_loop import saturation_meta
 
     n = 400
     df = _frame(np.arange(n), np.where(np.arange(n) % 3 == 0, 0.2, 1.4))
@@ -135,7 +135,7 @@ def test_too_few_requests_for_the_in_flight_count_is_no_window_and_says_so():
     """200 requests at 176 in flight (contract26 finding 4): the loop runs out after 24 completions, before
     the first 20% (40) have completed. The window was reported inverted (start 40 > end 24), the steady
     rate fell back to an open-loop read, and the warning blamed too few in flight."""
-    from harness.deploy.capacity import saturation_meta
+    from harness.runs.closed_loop import saturation_meta
 
     df = _loop(200, 176)
     cap = closed_loop_capacity(df, 0.2)
@@ -155,7 +155,7 @@ def test_too_few_requests_for_the_in_flight_count_is_no_window_and_says_so():
 def test_enough_requests_keep_the_window_and_a_single_route_names_itself():
     """A single-route deployment (homogeneous_pd: every request `local`) used to get no saturation_route /
     saturation_counted_in at all: the one route counts its completions."""
-    from harness.deploy.capacity import saturation_meta
+    from harness.runs.closed_loop import saturation_meta
 
     df = _loop(400, 40)
     cap = closed_loop_capacity(df, 0.2)

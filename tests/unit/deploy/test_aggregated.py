@@ -207,7 +207,7 @@ def test_build_names_bad_keys(compose_cfg):
 
 
 def test_sim_run_through_the_config_group(compose_cfg, tmp_path):
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     cfg = compose_cfg(["deployment=aggregated", "workload=fixed", "workload.num_requests=40",
                        "workload.input_tokens=300", "workload.output_tokens=16", "loadgen.rate_rps=5",
@@ -226,7 +226,7 @@ def test_sim_run_reuses_shared_prompts_of_a_workload_that_shares_blocks(compose_
     """SharedPromptWorkload re-implements `generate` to share blocks: it must not inherit
     SyntheticWorkload's `unique_blocks` promise, or the sim run's pools forget every block
     (no prefix hit at all: TTFT ~2x the engine's on the shared-prompt requests of validate_engine)."""
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
 
     cfg = compose_cfg(["deployment=aggregated", "workload=fixed", "loadgen.rate_rps=2",
                        "loadgen.progress=false"]).copy()

@@ -71,7 +71,7 @@ def test_range_block_ids_are_the_tuples_ids():
 def test_a_sim_run_is_the_same_with_range_block_ids(compose_cfg, monkeypatch):
     """The paper workload's pools forget blocks, so its stream hands ranges; with tuples the run
     gives the same records, bit for bit, and the same event count."""
-    from harness.sim import run_sim
+    from harness.runs.sim import run_sim
     from harness.workload.synthetic import RequestStream
 
     cfg = compose_cfg(["workload.num_requests=400", "loadgen.rate_rps=3.0", "loadgen.progress=false"])

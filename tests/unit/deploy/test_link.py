@@ -12,8 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.clock import VirtualClock
+from harness.config.deployment import LinkConfig
 from harness.deploy.link import Flow, Link
-from harness.deploy.schema import LinkConfig
 from harness.errors import InputError
 
 GBIT = 1.25e8  # bytes

@@ -8,7 +8,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from harness.deploy.schema import DeploymentConfig, LinkConfig, LocalClusterConfig, RemoteClusterConfig
+from harness.config.deployment import DeploymentConfig, LinkConfig, LocalClusterConfig, RemoteClusterConfig
 from harness.errors import InputError
 from harness.planner import plan_deployment
 from harness.planner.configs import deployment_config, link_config, planner_config

@@ -77,11 +77,11 @@ def test_unknown_testbed_setting_names_the_key():
     ("homogeneous_pd", ("local_prefill", "decode")),
     ("naive_hetero", ("remote_prefill", "decode"))])
 def test_each_deployment_config_maps_to_its_engines(compose_cfg, deployment, roles):
-    assert layout_of(compose_cfg(("experiment=testbed", f"deployment={deployment}")).deployment).roles == roles
+    assert layout_of(compose_cfg(("experiment=testbed_scale", f"deployment={deployment}")).deployment).roles == roles
 
 
 def test_mode_testbed_selects_the_preset_unless_an_experiment_is_given():
-    assert with_testbed_preset(["mode=testbed"]) == ["mode=testbed", "experiment=testbed"]
+    assert with_testbed_preset(["mode=testbed"]) == ["mode=testbed", "experiment=testbed_scale"]
     assert with_testbed_preset(["mode=testbed", "experiment=x"]) == ["mode=testbed", "experiment=x"]
     assert with_testbed_preset(["mode=sim"]) == ["mode=sim"]
 

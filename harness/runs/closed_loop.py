@@ -1,5 +1,6 @@
-"""Capacity runs without a hidden knob: how many requests a saturation run keeps in flight, and
-whether every pool the planner expects to be the bottleneck was in fact kept busy.
+"""The closed-loop capacity run (`loadgen.rate_rps=inf`, the quick estimate; `max` searches:
+harness/runs/capacity.py), without a hidden knob: how many requests it keeps in flight, how it offers
+them, and whether every pool the planner expects to be the bottleneck was in fact kept busy.
 
 `loadgen.rate_rps=inf` measures capacity with a closed loop. Too few requests in flight and the
 bottleneck pool idles (capacity reads low); far too many and the run is mostly fill and drain. The

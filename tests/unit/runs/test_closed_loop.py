@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis import metrics as m
-from harness.deploy.capacity import little_in_flight, predecessors, starvation
+from harness.runs.closed_loop import little_in_flight, predecessors, starvation
 from harness.workload.request import Request
 
 

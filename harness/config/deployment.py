@@ -59,6 +59,22 @@ class RebalancerConfig:
 
 
 @dataclass
+class KvCostConfig:
+    """A per-request cost of the KV hand-off: base_s + per_token_s x the prompt's tokens."""
+
+    base_s: float = 0.0
+    per_token_s: float = 0.0
+
+
+@dataclass
+class KvBytesOverheadConfig:
+    """Bytes on the link beyond the model's KV: fixed_bytes + per_token_bytes x the tokens sent."""
+
+    fixed_bytes: float = 0.0
+    per_token_bytes: float = 0.0
+
+
+@dataclass
 class DeploymentConfig:
     name: str = "???"
     prfaas: RemoteClusterConfig | None = None
@@ -66,6 +82,11 @@ class DeploymentConfig:
     router: Any = None
     prefill_max_batch_tokens: int | None = None  # token-budget batching; None: one request per pass
     decode_step_s: float | None = None  # override the profile's decode step time
+    # The KV hand-off from prefill to decode (harness/deploy/handoff.py); the defaults are no cost, layer-wise.
+    kv_handoff: str = "layerwise"  # layerwise: streamed during the prefill | store_and_forward: sent after it
+    kv_save_s: KvCostConfig = field(default_factory=KvCostConfig)  # on the prefill instance, after the prefill
+    kv_restore_s: KvCostConfig = field(default_factory=KvCostConfig)  # on the decode slot, before the first token
+    kv_bytes_overhead: KvBytesOverheadConfig = field(default_factory=KvBytesOverheadConfig)
 
 
 @dataclass
@@ -78,6 +99,8 @@ class LinkConfig:
     loss_rate: float = 0.0
     mss_bytes: int = 8960
     capacity_schedule: list[Any] = field(default_factory=list)
+    efficiency: float = 1.0  # goodput over the set rate (payload per frame byte); the wire carries payload / this
+    sharing: str = "fair"  # fair: max-min fair between concurrent transfers | fifo: one at a time, in start order
 
 
 def register(cs: ConfigStore) -> None:
