@@ -123,7 +123,7 @@ def probe(args: argparse.Namespace) -> int:
     import tempfile
 
     from harness.testbed.cluster import Testbed
-    from harness.testbed.probes import run_probes, write_probes
+    from harness.testbed.probes import model_kv_bytes_per_token, run_probes, write_probes
     from harness.testbed.run import settings_of
     from harness.testbed.settings import layout_of
     from harness.testbed.state import state_dir
@@ -132,7 +132,7 @@ def probe(args: argparse.Namespace) -> int:
     settings, layout = settings_of(cfg), layout_of(cfg.deployment)
     with (tempfile.TemporaryDirectory(prefix="harness-testbed-probe-") as logs,
           Testbed(settings, layout, float(cfg.link.capacity_gbps), Path(logs), kind="run") as testbed):
-        doc = asyncio.run(run_probes(testbed))
+        doc = asyncio.run(run_probes(testbed, model_kv_bytes_per_token(cfg.model)))
     path = write_probes(doc, args.out or state_dir() / "probes.json")
     print(f"probes: {path}")
     print(" ".join(doc["overrides"]))

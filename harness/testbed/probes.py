@@ -10,7 +10,8 @@ names the emulator uses, so a calibrated sim run is `python -m harness ... <over
                     "kv_restore_s": {"base_s", "per_token_s"}, "points": [[tokens, save_s, restore_s], ...]},
      "instances": {"<role>": {"prefill_s": [[tokens, s], ...]}, "decode": {"step_s": s, "batch": 1}},
      "contention": {"tokens": n, "engines": [...], "alone_s": [...], "together_s": [...], "slowdown": x},
-     "overrides": ["link.efficiency=...", ...]}
+     "emulator": {"deployment.kv_save_s": {...}, "link.efficiency": e, ...},   # harness.testbed_model's keys
+     "overrides": ["link.efficiency=...", ...]}      # harness.testbed_model.overrides(emulator)
 
 Link: files of several sizes through the agents (bytes -> seconds to the receiver's ack: slope -> efficiency
 against the tbf rate, intercept -> per-transfer base); two equal files at once (tbf's one FIFO: they do not
@@ -93,15 +94,17 @@ async def probe_save_restore(session: aiohttp.ClientSession, testbed: Testbed) -
         t0 = time.perf_counter()
         await engines.save(session, prefill, 0, name, timeout)
         save_s = time.perf_counter() - t0
+        nbytes = (prefill.slot_dir / name).stat().st_size
         await asyncio.to_thread(shutil.move, prefill.slot_dir / name, decode.slot_dir / name)
         t0 = time.perf_counter()
         await engines.restore(session, decode, 0, name, timeout)
         restore_s = time.perf_counter() - t0
         (decode.slot_dir / name).unlink(missing_ok=True)
-        points.append([n, save_s, restore_s])
+        points.append([n, save_s, restore_s, nbytes])
     save_base, save_per = fit_line([p[0] for p in points], [p[1] for p in points])
     rest_base, rest_per = fit_line([p[0] for p in points], [p[2] for p in points])
-    return {"kv_handoff": "store_and_forward",
+    file_base, file_per = fit_line([p[0] for p in points], [p[3] for p in points])
+    return {"kv_handoff": "store_and_forward", "file_bytes": {"base": file_base, "per_token": file_per},
             "kv_save_s": {"base_s": max(0.0, save_base), "per_token_s": save_per},
             "kv_restore_s": {"base_s": max(0.0, rest_base), "per_token_s": rest_per}, "points": points}
 
@@ -143,18 +146,39 @@ async def probe_contention(session: aiohttp.ClientSession, testbed: Testbed, tok
             "slowdown": float(np.median(together) / np.median(alone))}
 
 
-def overrides_of(doc: dict[str, Any]) -> list[str]:
+def model_kv_bytes_per_token(model: Any) -> float | None:
+    """Full-attention KV bytes per token of a dense GQA model config (K and V), or None if it is not one."""
+    try:
+        fa = model.full_attention
+        return 2.0 * fa.layers * fa.kv_heads * fa.k_head_dim * float(model.kv_dtype_bytes)
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+def emulator_options(doc: dict[str, Any], kv_per_token: float | None = None) -> dict[str, Any]:
+    """The probe results keyed by the emulator's option names (harness/testbed_model.py's `OPTIONS`)."""
     link, dep = doc.get("link") or {}, doc["deployment"]
-    out = []
-    if link:
-        out += [f"link.efficiency={link['efficiency']:.4f}", f"link.sharing={link['sharing']}"]
-    out.append(f"deployment.kv_handoff={dep['kv_handoff']}")
+    out: dict[str, Any] = {"deployment.kv_handoff": dep["kv_handoff"]}
     for key in ("kv_save_s", "kv_restore_s"):
-        out.append(f"deployment.{key}={{base_s: {dep[key]['base_s']:.6g}, per_token_s: {dep[key]['per_token_s']:.6g}}}")
+        cost = dep[key]
+        per_token_s = float(f"{cost['per_token_s']:.4g}")
+        out[f"deployment.{key}"] = {"base_s": round(cost["base_s"], 6), "per_token_s": per_token_s}
+    if kv_per_token is not None and "file_bytes" in dep:
+        out["deployment.kv_bytes_overhead"] = {"fixed_bytes": round(dep["file_bytes"]["base"]),
+                                               "per_token_bytes": round(dep["file_bytes"]["per_token"] - kv_per_token)}
+    if link:
+        out["link.efficiency"] = round(link["efficiency"], 4)
+        out["link.sharing"] = link["sharing"]
     return out
 
 
-async def run_probes(testbed: Testbed) -> dict[str, Any]:
+def overrides_of(doc: dict[str, Any], kv_per_token: float | None = None) -> list[str]:
+    from harness.testbed_model import overrides
+
+    return overrides(emulator_options(doc, kv_per_token))
+
+
+async def run_probes(testbed: Testbed, kv_per_token: float | None = None) -> dict[str, Any]:
     """Every probe, in turn, on an idle testbed (no router traffic while it runs)."""
     async with aiohttp.ClientSession() as session:
         doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "link_capacity_gbps": testbed.link_gbps}
@@ -163,7 +187,8 @@ async def run_probes(testbed: Testbed) -> dict[str, Any]:
         doc["deployment"] = await probe_save_restore(session, testbed)
         doc["instances"] = await probe_engines(session, testbed)
         doc["contention"] = await probe_contention(session, testbed)
-    doc["overrides"] = overrides_of(doc)
+    doc["emulator"] = emulator_options(doc, kv_per_token)
+    doc["overrides"] = overrides_of(doc, kv_per_token)
     return doc
 
 

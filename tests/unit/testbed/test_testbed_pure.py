@@ -213,8 +213,10 @@ def test_probe_results_become_emulator_overrides():
     assert base == pytest.approx(0.05) and slope == pytest.approx(4e-8)
     doc = {"link": {"efficiency": 0.95612, "sharing": "fifo"},
            "deployment": {"kv_handoff": "store_and_forward", "kv_save_s": {"base_s": 0.003, "per_token_s": 7e-6},
-                          "kv_restore_s": {"base_s": 0.0005, "per_token_s": 1.2e-6}}}
-    assert overrides_of(doc) == ["link.efficiency=0.9561", "link.sharing=fifo",
-                                 "deployment.kv_handoff=store_and_forward",
-                                 "deployment.kv_save_s={base_s: 0.003, per_token_s: 7e-06}",
-                                 "deployment.kv_restore_s={base_s: 0.0005, per_token_s: 1.2e-06}"]
+                          "kv_restore_s": {"base_s": 0.0005, "per_token_s": 1.2e-6},
+                          "file_bytes": {"base": 200.2, "per_token": 9232.0}}}
+    assert overrides_of(doc, kv_per_token=9216.0) == [
+        "deployment.kv_handoff=store_and_forward", "deployment.kv_save_s.base_s=0.003",
+        "deployment.kv_save_s.per_token_s=7e-06", "deployment.kv_restore_s.base_s=0.0005",
+        "deployment.kv_restore_s.per_token_s=1.2e-06", "deployment.kv_bytes_overhead.fixed_bytes=200",
+        "deployment.kv_bytes_overhead.per_token_bytes=16", "link.efficiency=0.9561", "link.sharing=fifo"]
