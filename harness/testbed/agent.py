@@ -34,13 +34,13 @@ def safe_name(name: str) -> str:
     return name
 
 
-async def send_file(path: Path, host: str, port: int, name: str, timeout_s: float) -> dict:
+async def send_file(path: Path, host: str, port: int, name: str, timeout_s: float, dest: str | None = None) -> dict:
     """Stream `path` to the receiving agent at host:port; return bytes sent and seconds to the ack."""
     data = await asyncio.to_thread(path.read_bytes)  # store-and-forward: the whole saved file, then the wire
     t0 = time.perf_counter()
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
     try:
-        writer.write(json.dumps({"name": safe_name(name), "size": len(data)}).encode() + b"\n")
+        writer.write(json.dumps({"name": safe_name(name), "size": len(data), "dir": dest}).encode() + b"\n")
         view = memoryview(data)
         for start in range(0, len(data), CHUNK_BYTES):
             writer.write(view[start:start + CHUNK_BYTES])
@@ -54,10 +54,13 @@ async def send_file(path: Path, host: str, port: int, name: str, timeout_s: floa
             "write_s": ack.get("write_s")}
 
 
-async def receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dest: Path) -> None:
-    """One incoming transfer: header, bytes, then the file renamed into place, then the ack."""
+async def receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dests: list[Path]) -> None:
+    """One incoming transfer: header, bytes, then the file renamed into place, then the ack. The header's
+    `dir` names one of the agent's destination directories (by its last component; null: the first)."""
     try:
         head = json.loads(await reader.readline())
+        wanted = head.get("dir")
+        dest = next(d for d in dests if wanted is None or d.name == wanted)
         t0 = time.perf_counter()
         name, size = safe_name(str(head["name"])), int(head["size"])
         data = await reader.readexactly(size)
@@ -67,7 +70,7 @@ async def receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, de
         tmp.rename(dest / name)  # the decode engine never sees a half-written file
         ack = {"bytes": size, "recv_s": t1 - t0, "write_s": time.perf_counter() - t1}
         writer.write(json.dumps(ack).encode() + b"\n")
-    except (ValueError, KeyError, asyncio.IncompleteReadError, OSError) as err:
+    except (ValueError, KeyError, StopIteration, asyncio.IncompleteReadError, OSError) as err:
         writer.write(json.dumps({"error": f"{type(err).__name__}: {err}"}).encode() + b"\n")
     try:
         await writer.drain()
@@ -87,7 +90,8 @@ def control_app(sources: list[Path], timeout_s: float) -> web.Application:
         if not any(path.is_relative_to(root) for root in roots):
             return web.json_response({"error": f"{path} is outside the agent's source directories"}, status=400)
         try:
-            out = await send_file(path, str(body["host"]), int(body["port"]), str(body["name"]), timeout_s)
+            out = await send_file(path, str(body["host"]), int(body["port"]), str(body["name"]), timeout_s,
+                                  body.get("dir"))
         except (OSError, RuntimeError, ValueError, TimeoutError) as err:
             return web.json_response({"error": f"{type(err).__name__}: {err}"}, status=502)
         if body.get("unlink", True):
@@ -107,12 +111,13 @@ def control_app(sources: list[Path], timeout_s: float) -> web.Application:
     return app
 
 
-async def serve(ctl_host: str, ctl_port: int, data_port: int, dest: Path, sources: list[Path],
+async def serve(ctl_host: str, ctl_port: int, data_port: int, dests: list[Path], sources: list[Path],
                 timeout_s: float) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
+    for dest in dests:
+        dest.mkdir(parents=True, exist_ok=True)
     # Data on every address of this namespace (the link's and loopback): the namespace is the testbed's own.
     # A large reader limit: the stream pauses the socket only past 2 x limit, not every 128 KiB of a KV file.
-    data = await asyncio.start_server(lambda r, w: receive(r, w, dest), "0.0.0.0", data_port, limit=STREAM_LIMIT)
+    data = await asyncio.start_server(lambda r, w: receive(r, w, dests), "0.0.0.0", data_port, limit=STREAM_LIMIT)
     runner = web.AppRunner(control_app(sources, timeout_s), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, ctl_host, ctl_port).start()
@@ -124,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.testbed.agent", description=__doc__)
     parser.add_argument("--ctl", required=True, help="ADDR:PORT of the control API (the control veth)")
     parser.add_argument("--data", type=int, required=True, help="TCP port for incoming transfers")
-    parser.add_argument("--dest", type=Path, required=True, help="where received files go (a decode slot dir)")
+    parser.add_argument("--dest", type=Path, action="append", required=True,
+                        help="where received files may go (decode slot dirs; the first is the default)")
     parser.add_argument("--source", type=Path, action="append", default=[], help="directory files may be sent from")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     args = parser.parse_args(argv)

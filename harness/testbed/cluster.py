@@ -95,25 +95,23 @@ class Testbed:
     def _build(self, binary: Path, model: Path) -> None:
         s, topo = self.settings, self.topology
         netns.create(topo, self.link_gbps, s.tbf_burst_bytes, s.tbf_latency_ms)
-        homes = {"remote_prefill": (topo.remote_ns, topo.remote_ctl_addr),
-                 "local_prefill": (topo.local_ns, topo.local_ctl_addr),
-                 "decode": (topo.local_ns, topo.local_ctl_addr)}
+        local = (topo.local_ns, topo.local_ctl_addr)
         for i, role in enumerate(self.layout.roles):
-            ns, host = homes[role]
+            ns, host = (topo.remote_ns, topo.remote_ctl_addr) if role == "remote_prefill" else local
             spec = EngineSpec(role, ns, host, s.engine_port + i, self.slot_dir / role)
             spec.slot_dir.mkdir(parents=True, exist_ok=True)
             self.engines[role] = spec
             args = engine_args(binary, model, spec, slots=s.slots, slot_context_tokens=s.slot_context_tokens,
                                threads=s.threads)
             self.processes.append(procs.start(role, ns, args, spec.url, self.log_dir / f"{role}.log"))
-        decode_dir = self.engines["decode"].slot_dir
+        dests = [arg for role in self.layout.decode_roles for arg in ("--dest", str(self.engines[role].slot_dir))]
         for side, ns, host, role in (("remote", topo.remote_ns, topo.remote_ctl_addr, "remote_prefill"),
                                      ("local", topo.local_ns, topo.local_ctl_addr, "local_prefill")):
             agent = AgentSpec(f"agent_{side}", ns, host, s.agent_ctl_port)
             self.agents[side] = agent
             source = self.slot_dir / role
             args = [sys.executable, "-m", "harness.testbed.agent", "--ctl", f"{host}:{s.agent_ctl_port}",
-                    "--data", str(s.agent_data_port), "--dest", str(decode_dir), "--source", str(source),
+                    "--data", str(s.agent_data_port), *dests, "--source", str(source),
                     "--timeout-s", str(s.transfer_timeout_s)]
             self.processes.append(procs.start(agent.name, ns, args, agent.url, self.log_dir / f"{agent.name}.log"))
         procs.wait_healthy(self.processes, s.ready_timeout_s)

@@ -125,12 +125,19 @@ class Handoff:
             rec.kv_save_s = (time.monotonic_ns() - rec.prefill_end_ns) / 1e9
         nbytes = int(saved.get("n_written") or (engine.slot_dir / name).stat().st_size)
         rec.kv_bytes_sent = nbytes
+        rec.decode_instance = self.pick_decode()
         await self._carry(rec, route, engine, name, nbytes)
         return name
 
+    def pick_decode(self) -> str:
+        """The decode instance with the most idle slots (the first on a tie)."""
+        names = [n for n in self.engines if n == "decode" or n.startswith("decode_")]
+        return max(names, key=lambda n: self.pools[n].idle)
+
     async def _carry(self, rec: HandoffRecord, route: str, engine: EngineSpec, name: str, nbytes: int) -> None:
         link = self.links[route]
-        body = {"path": str(engine.slot_dir / name), "host": link.host, "port": link.port, "name": name}
+        body = {"path": str(engine.slot_dir / name), "host": link.host, "port": link.port, "name": name,
+                "dir": self.engines[rec.decode_instance].slot_dir.name}
         on_link = self.on_link if route == PRFAAS else None
         t0 = time.monotonic_ns()
         if on_link is not None:
@@ -152,8 +159,8 @@ class Handoff:
     @contextlib.asynccontextmanager
     async def decode_slot(self, rec: HandoffRecord, name: str) -> AsyncIterator[int]:
         """An idle decode slot with the request's KV restored into it (the file is removed after)."""
-        decode = self.engines["decode"]
-        async with self.pools["decode"].take() as slot:
+        decode = self.engines[rec.decode_instance]
+        async with self.pools[rec.decode_instance].take() as slot:
             t0 = time.monotonic_ns()
             try:
                 await engines.restore(self.session, decode, slot, name, self.timeout_s)

@@ -100,7 +100,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _decode(request: web.Request, front: FrontEnd, rec: HandoffRecord, body: dict[str, Any],
                   stream: bool) -> web.StreamResponse:
-    decode = front.handoff.engines["decode"]
+    decode = front.handoff.engines[rec.decode_instance]
     session = front.handoff.session
     timeout = aiohttp.ClientTimeout(total=front.handoff.timeout_s)
     try:

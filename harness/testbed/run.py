@@ -81,7 +81,8 @@ def testbed_meta(layout: Layout, settings: TestbedSettings, testbed: Testbed, ro
                  cfg: DictConfig) -> dict[str, Any]:
     link = float(cfg.link.capacity_gbps)
     return {"deployment": layout.deployment, "mode": "testbed", "model": str(cfg.model.name),
-            "n_prfaas": int(layout.has_prfaas), "n_prefill": int(layout.has_local_prefill), "n_decode": 1,
+            "n_prfaas": int(layout.has_prfaas), "n_prefill": int(layout.has_local_prefill),
+            "n_decode": layout.n_decode,
             "threshold_tokens": float(getattr(router, "threshold_tokens", None) or math.nan),
             "link_capacity_gbps": link if layout.has_prfaas else math.nan,
             "testbed": {"prefix": testbed.prefix, "slots": settings.slots, "threads": settings.threads,

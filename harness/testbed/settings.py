@@ -58,26 +58,34 @@ class TestbedSettings:
 
 @dataclass(frozen=True)
 class Layout:
-    """Which instances a deployment runs on the testbed: one engine per role (the machine has 2 cores)."""
+    """Which instances a deployment runs on the testbed: at most one prefill engine per cluster (the machine
+    has 2 cores), and `n_decode` decode engines."""
 
     deployment: str
     has_prfaas: bool
     has_local_prefill: bool
+    n_decode: int = 1
+
+    @property
+    def decode_roles(self) -> tuple[str, ...]:
+        return ("decode", *(f"decode_{i}" for i in range(1, self.n_decode)))
 
     @property
     def roles(self) -> tuple[str, ...]:
         return (*(("remote_prefill",) if self.has_prfaas else ()),
-                *(("local_prefill",) if self.has_local_prefill else ()), "decode")
+                *(("local_prefill",) if self.has_local_prefill else ()), *self.decode_roles)
 
 
 def layout_of(deployment: Any) -> Layout:
     """From a deployment config: a PrfaaS cluster if `prfaas.instances` > 0; local prefill unless
-    `local.n_prefill` is 0 (naive heterogeneous PD)."""
+    `local.n_prefill` is 0 (naive heterogeneous PD); `local.n_decode` decode engines (null: 1)."""
     prfaas = deployment.get("prfaas")
     has_prfaas = bool(prfaas) and int(prfaas.get("instances") or 0) > 0
-    n_prefill = (deployment.get("local") or {}).get("n_prefill")
+    local = deployment.get("local") or {}
+    n_prefill, n_decode = local.get("n_prefill"), local.get("n_decode")
     has_local = n_prefill is None or int(n_prefill) > 0
     if not has_prfaas and not has_local:
         raise InputError(f"deployment={deployment.get('name')}: no prefill instance (prfaas.instances=0 and "
                          f"local.n_prefill=0)")
-    return Layout(deployment=str(deployment.get("name")), has_prfaas=has_prfaas, has_local_prefill=has_local)
+    return Layout(deployment=str(deployment.get("name")), has_prfaas=has_prfaas, has_local_prefill=has_local,
+                  n_decode=max(1, int(n_decode or 1)))

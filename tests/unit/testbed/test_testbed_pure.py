@@ -75,7 +75,7 @@ def test_unknown_testbed_setting_names_the_key():
 @pytest.mark.parametrize(("deployment", "roles"), [
     ("prfaas_pd", ("remote_prefill", "local_prefill", "decode")),
     ("homogeneous_pd", ("local_prefill", "decode")),
-    ("naive_hetero", ("remote_prefill", "decode"))])
+    ("naive_hetero", ("remote_prefill", "decode", "decode_1"))])
 def test_each_deployment_config_maps_to_its_engines(compose_cfg, deployment, roles):
     assert layout_of(compose_cfg(("experiment=testbed_scale", f"deployment={deployment}")).deployment).roles == roles
 
