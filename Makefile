@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-busy lint plan bench clean engine
+.PHONY: install run test test-busy lint plan bench clean engine testbed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ plan: $(STAMP)
 # ~10 min on 2 cores the first time on a machine, instant after. Its tests run in `make test`.
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
+
+# The PD testbed (real engines in network namespaces over a tbf-shaped veth link): needs root and iproute2.
+# Builds on `make engine`, then a self-check: up, one request per route (KV checked), down.
+testbed: $(STAMP) engine
+	@test "$$(id -u)" = 0 || { echo "error: make testbed needs root (network namespaces, veths, tc)" >&2; exit 2; }
+	@command -v ip >/dev/null && command -v tc >/dev/null || { echo "error: make testbed needs iproute2 (apt-get install -y iproute2)" >&2; exit 2; }
+	$(VENV)/bin/harness-testbed check
 
 # One worker per core plus a waiting lane and an engine lane: the last worker runs only the modules that
 # mostly wait on servers, timers and a Ray head, the one before it only the real engine's, so the cores

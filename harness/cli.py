@@ -7,6 +7,7 @@ a printed table). See docs/reference/cli.md and docs/guides/configs-and-sweeps.m
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from harness.hydra_entry import hydra_entry
@@ -18,8 +19,22 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 
+def with_testbed_preset(argv: list[str]) -> list[str]:
+    """`mode=testbed` without an experiment selects `experiment=testbed_scale` (the scaled deployments, model,
+    workload and link the emulator predicts the testbed with); an explicit `experiment=...` wins."""
+    named = {arg.split("=", 1)[0].lstrip("+~") for arg in argv if "=" in arg}
+    if "mode=testbed" in argv and "experiment" not in named:
+        return [*argv, "experiment=testbed_scale"]
+    return argv
+
+
+def main() -> None:
+    sys.argv[1:] = with_testbed_preset(sys.argv[1:])
+    _main()
+
+
 @hydra_entry(config_name="config")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     summary = run(cfg)
     keys = ("deployment", "offered_rps", "completed", "failed", "throughput_rps", "ttft_mean_s", "ttft_p90_s",
             "tpot_mean_s", "egress_gbps_mean", "offload_fraction")

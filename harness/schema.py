@@ -124,7 +124,7 @@ class RecordingConfig:
 
 @dataclass
 class RootConfig:
-    mode: str = "sim"  # sim | live | url
+    mode: str = "sim"  # sim | live | url | testbed
     out_dir: str = "."
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
@@ -141,6 +141,7 @@ class RootConfig:
     planner: Any = None
     analysis: Any = None
     experiment: Any = None
+    testbed: Any = None  # mode=testbed: conf/testbed/, checked by harness/testbed/settings.py
 
 
 # Schemas only one primary config uses: stored only for it (each costs ~10 ms of every other command's start).

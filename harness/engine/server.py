@@ -24,20 +24,24 @@ class EngineServer:
     args: list[str] = field(default_factory=list)
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Terminate, then kill if it has not exited within grace_s."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(grace_s)
+        stop_process(self.process, grace_s)
 
     def __enter__(self) -> EngineServer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_process(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Terminate, then kill if it has not exited within grace_s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(grace_s)
 
 
 def set_niceness(nice: int, key: str) -> dict[str, int]:

@@ -17,7 +17,7 @@ from harness.errors import InputError, choices
 if TYPE_CHECKING:  # omegaconf only once a run starts (`--help` imports this module)
     from omegaconf import DictConfig
 
-MODES = ("sim", "live", "url")
+MODES = ("sim", "live", "url", "testbed")
 
 
 def run_dir(cfg: DictConfig) -> Path:
@@ -55,6 +55,10 @@ def run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
         from harness.runs.sim import run_sim
 
         result = run_sim(cfg, out)
+    elif cfg.mode == "testbed":  # real engines in network namespaces behind a router, driven as a url
+        from harness.testbed.run import run_testbed
+
+        result = run_testbed(cfg, out)
     else:  # live: the emulator behind HTTP in this process; url: an external endpoint
         from harness.runs.http import run_live, run_url
 

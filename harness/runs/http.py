@@ -98,7 +98,12 @@ def _row_sink(streams: dict[str, RecordStream], stop: asyncio.Event):
     return on_row
 
 
-async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResult:
+async def drive_url(cfg: DictConfig, run_dir: Path | None, mode: str = "url") -> RunResult:
+    """A url run on the caller's event loop (mode=testbed drives its router this way; `mode` labels the rows)."""
+    return await _run(cfg, live=False, run_dir=run_dir, mode=mode)
+
+
+async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None, mode: str | None = None) -> RunResult:
     offer = make_offer(cfg, stream=True)  # a lazy stream where it can: memory follows what is sent
     server = None
     if live:
@@ -122,7 +127,7 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResul
     block_tokens = int(cfg.workload.get("block_tokens", 512))
     try:
         with _stop_on_signals() as stop:
-            load = await drive(offer.requests, url, cfg.target, cfg.loadgen, mode="live" if live else "url",
+            load = await drive(offer.requests, url, cfg.target, cfg.loadgen, mode=mode or ("live" if live else "url"),
                                concurrency=offer.concurrency, time_scale=time_scale, start_ns=start_ns, model=model,
                                label=label, block_tokens=block_tokens, stop=stop, on_row=_row_sink(streams, stop),
                                predecessors=predecessors(offer.requests, block_tokens) if offer.saturate else None)
@@ -136,7 +141,7 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResul
         if server is not None:
             await server.stop()
     result = _assemble(cfg, load, server, url, offer)
-    result.streams = streams
+    result.streams, result.t0_ns = streams, load.result.t0_ns
     result.meta.update(time_scale_source=load.time_scale_source, max_concurrency=lg_get(cfg, "max_concurrency"),
                        burstiness=burstiness(cfg),
                        vllm=vllm_chunk_metrics(result.extras["chunks"], result.requests, percentiles_of(cfg.analysis)))

@@ -61,6 +61,7 @@ class RunResult:
     streams: dict[str, RecordStream] = field(default_factory=dict, repr=False)  # streamed parts to discard
     extras: dict[str, pd.DataFrame] = field(default_factory=dict)  # more files of the run (chunks, warmup)
     requests_written: bool = False  # requests.parquet is in place; `requests` reads its columns one at a time
+    t0_ns: int | None = None  # HTTP runs: the run's zero on the monotonic clock (joins a testbed's own stamps)
 
 
 def _offer_open_loop(clock: VirtualClock, deployment, requests: Sequence[Request], stop_s: float | None) -> None:

@@ -39,6 +39,7 @@ SELECT = {
     "planner": "planner={}",
     "analysis": "analysis={}",
     "faults": "faults={}",
+    "testbed": "testbed={}",
     "router": "router@deployment.router={}",
     "hardware": "hardware@deployment.local.hardware={}",
 }
