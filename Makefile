@@ -42,7 +42,9 @@ TIERS := engine or testbed or ray or install or vllm
 # otherwise each xdist worker re-rewrites every test module's asserts (~3 s of CPU apiece). BLAS on one
 # thread, as a harness command runs it (harness/__init__.py): idle OpenBLAS threads spin in every worker.
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache OPENBLAS_NUM_THREADS=1
-PYTEST := $(TEST_ENV) $(PY) -m pytest -q -n auto
+# One xdist worker per core; `make test TEST_WORKERS=4` for another count.
+TEST_WORKERS ?= auto
+PYTEST := $(TEST_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS)
 test: $(STAMP)
 	$(PYTEST) -m "not ($(TIERS))"
 
