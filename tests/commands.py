@@ -87,8 +87,7 @@ def _as_a_process(argv: list[str], cwd: str | Path, env: Mapping[str, str] | Non
     sys.argv = argv
     os.chdir(cwd)
     if env is not None:
-        os.environ.clear()
-        os.environ.update(env)
+        _set_environment(env)
     sys.stdin = io.StringIO(stdin or "")
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -99,10 +98,19 @@ def _as_a_process(argv: list[str], cwd: str | Path, env: Mapping[str, str] | Non
     finally:
         sys.argv, sys.stdin = saved_argv, saved_stdin
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        _set_environment(saved_env)
         for handler in root.handlers:
             if handler not in saved_handlers:
                 handler.close()
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
+
+
+def _set_environment(env: Mapping[str, str]) -> None:
+    """os.environ made equal to `env`, touching only the variables that differ (threads of earlier tests, a
+    server's or a library's pool, may read the environment meanwhile)."""
+    for name in [name for name in os.environ if name not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
