@@ -6,7 +6,9 @@ answer (returncode, stdout, stderr) for both:
   as `python -m` sets it, stdout, stderr and stdin swapped for strings, the cwd and the environment
   given, Python's default warning filters (not the suite's `error`) and the root logger put back after
   (Hydra configures logging on each run). A new interpreter costs ~1-2 s of CPU importing numpy,
-  pandas, pyarrow, scipy and Hydra; this costs the command's own work only.
+  pandas, pyarrow, scipy and Hydra; this costs the command's own work only. What the processes the
+  command starts (a parallel sweep's joblib workers) print goes to the test process's own stdout, not
+  into the answer: tests read those runs' files instead.
 - anything else (a test helper module such as tests/e2e/peak_rss.py), or `new_process=True`, runs as
   `python -m ...` in a new interpreter: signals, exit at interpreter level, memory peaks and start-up
   itself need one. tests/e2e/test_exit_codes.py and the interrupt tests keep real processes for each command.
