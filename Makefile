@@ -1,17 +1,23 @@
-# The two commands a new user needs: `make run` (the main job) and `make test` (the whole suite).
+# The two commands a new user needs: `make run` (the main job) and `make test` (the default test tier).
 # Both create .venv from nothing when it is missing.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-busy lint plan bench clean engine testbed
+.PHONY: install run test test-all test-busy lint plan bench clean engine testbed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,ray]'  # ray: +~370 MB, ~70 s; tests/e2e/test_ray_sweep.py needs it
+	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The ray extra (+~370 MB, ~70 s to install): the Ray tier of `make test-all` needs it.
+RAY_STAMP := $(VENV)/.installed-ray
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,ray]'
+	touch $(RAY_STAMP)
 
 install: $(STAMP)
 
@@ -23,7 +29,7 @@ plan: $(STAMP)
 	$(PY) -m harness.plan
 
 # The real engine (llama.cpp's llama-server + a random-weight model), cached under ~/.cache/prfaas-harness:
-# ~10 min on 2 cores the first time on a machine, instant after. Its tests run in `make test`.
+# ~10 min on 2 cores the first time on a machine, instant after. Its tests run in `make test-all`.
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
 
@@ -34,25 +40,30 @@ testbed: $(STAMP) engine
 	@command -v ip >/dev/null && command -v tc >/dev/null || { echo "error: make testbed needs iproute2 (apt-get install -y iproute2)" >&2; exit 2; }
 	$(VENV)/bin/harness-testbed check
 
-# One worker per core plus a waiting lane and an engine lane: the last worker runs only the modules that
-# mostly wait on servers, timers and a Ray head, the one before it only the real engine's, so the cores
-# stay busy through those waits (tests/conftest.py picks the modules and the workers). Module-scoped
-# fixtures stay on one worker (--dist loadscope), modules handed out longest first (tests/conftest.py
-# orders them; --no-loadscope-reorder keeps that order).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
-PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+# The test tiers (docs/guides/testing.md). Markers (pyproject.toml) name what a test needs beyond the
+# package: the real engine, the PD testbed, Ray, a package install, vLLM. `make test` runs the default
+# tier, which needs none of them, on every core; `make test-all` runs every tier. Pytest's exit 5 (no
+# test collected) fails both, as every status but 0 does.
+TIERS := engine or testbed or ray or install or vllm
 # Bytecode cached under .venv/pycache (never in the source tree), also when PYTHONDONTWRITEBYTECODE is set:
-# the suite starts ~100 Pythons (CLI runs, sweep workers) that would each recompile the harness, and each
-# xdist worker would re-rewrite every test module's asserts (~3 s of CPU apiece).
-# BLAS on one thread, as a harness command runs it (harness/__init__.py): OpenBLAS's idle threads spin in
-# every process that loads numpy (the xdist workers, the test zygotes), 204 -> 191 CPU s for the suite.
+# otherwise each xdist worker re-rewrites every test module's asserts (~3 s of CPU apiece). BLAS on one
+# thread, as a harness command runs it (harness/__init__.py): idle OpenBLAS threads spin in every worker.
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache OPENBLAS_NUM_THREADS=1
-test: $(STAMP) engine
-	$(TEST_ENV) $(PY) -m pytest -q $(PYTEST_XDIST)
+# One xdist worker per core; `make test TEST_WORKERS=4` for another count.
+TEST_WORKERS ?= auto
+PYTEST := $(TEST_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS)
+test: $(STAMP)
+	$(PYTEST) -m "not ($(TIERS))"
 
-# The suite with two CPU-burning processes beside it: the check that no test depends on a quiet machine.
-test-busy: $(STAMP) engine
-	$(TEST_ENV) PY=$(PY) PYTEST_XDIST='$(PYTEST_XDIST)' tools/busy_test.sh
+# What the slow tiers need, built or installed first. The testbed tier needs root and iproute2 besides the engine
+# (its tests stand the testbed up themselves; `make testbed` is the same check by hand).
+TEST_ALL_NEEDS := engine $(RAY_STAMP)
+test-all: $(TEST_ALL_NEEDS)
+	$(PYTEST)
+
+# `make test` with two CPU-burning processes beside it: the check that no test depends on a quiet machine.
+test-busy: $(STAMP)
+	tools/busy_test.sh $(MAKE) test
 
 # Linters and the type checker (configured in pyproject.toml); .ci/run calls it after the tests.
 lint: $(STAMP)

@@ -2,8 +2,7 @@
 the command as `python -m <command module> [args...]` runs it, with <module.function> replaced by one that
 raises ZeroDivisionError.
 
-tests/e2e/test_exit_codes.py forks it from the CLI zygote (tools/cli_zygote.py: `-m` and the caller's
-environment), where a `sitecustomize` hook on PYTHONPATH would need a new interpreter. The function is
+tests/e2e/test_exit_codes.py runs it in a new process (`-m` and the caller's environment). The function is
 replaced before the command's module runs, as that hook replaces it at start-up; `sys.argv` is what
 `python -m` has until the module runs (`-m` first, then the module's file), so the harness sets up its
 signal handlers as in a new process.

@@ -2,13 +2,10 @@
 module> [args...]` runs it; at exit, once everything else the command registered with atexit has run, its
 process's peak RSS in bytes (getrusage RUSAGE_SELF; Linux reports ru_maxrss in KiB) goes to <out file>.
 
-The bounded-memory tests (tests/e2e/test_bounded_inputs.py, test_bounded_memory.py) fork it from the CLI
-zygote (tools/cli_zygote.py) instead of starting a new interpreter per measured command. A forked child's
-peak counts the pages it shares with the zygote (numpy, pandas, pyarrow, Hydra already imported), not a
-new interpreter's start-up: the same command peaks 0-22 MB lower forked (measured: the 1e12 ms trace run
-203 MB both ways, rate_rps=1e-6 176 vs 185, a 1,000-request run 134 vs 151, `harness-trace stats` of a
-tiny trace 91 vs 113). What a command adds to its baseline compares two forked runs; against an absolute
-bound (500 MB) that difference is small beside the margin.
+The bounded-memory tests (tests/e2e/test_bounded_inputs.py, test_bounded_memory.py) run it in a new
+interpreter per measured command (tests/commands.py), so the peak includes the interpreter's start-up
+(numpy, pandas, pyarrow, Hydra imported): what a command adds to its baseline compares two such runs, and
+against an absolute bound (500 MB) the start-up is small beside the margin.
 """
 
 from __future__ import annotations

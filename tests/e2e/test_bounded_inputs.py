@@ -12,7 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import numpy as np
 import pandas as pd
 import pytest
@@ -24,11 +24,11 @@ MB = 1 << 20
 
 
 def _run_measured(tmp_path: Path, module: str, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
-    """`python -m module *args` forked from the CLI zygote, and its process's peak RSS in bytes (tests/e2e/
-    peak_rss.py: measured in the command's own process, at its exit)."""
+    """`python -m module *args` in a new process, and that process's peak RSS in bytes (tests/e2e/peak_rss.py:
+    measured in the command's own process, at its exit)."""
     peak_file = tmp_path / f"peak-{len(list(tmp_path.glob('peak-*')))}.txt"
-    proc = cli_zygote.run(["-m", "tests.e2e.peak_rss", str(peak_file), module, *args], cwd=ROOT,
-                          timeout=600)  # a hang guard, not a timing assert
+    proc = commands.run(["-m", "tests.e2e.peak_rss", str(peak_file), module, *args], cwd=ROOT,
+                        timeout=600)  # a hang guard, not a timing assert
     return proc, int(peak_file.read_text())
 
 
@@ -106,7 +106,7 @@ def _write_trace(path: Path, target_bytes: int) -> tuple[int, int]:
 def test_trace_stats_memory_does_not_grow_with_the_file(tmp_path):
     """18 MB of JSONL (~54,000 requests): the in-memory reader peaks 281 MB above the baseline of a tiny
     trace's (~15x the file; 1.8 GB for a 200 MB trace), the streamed one 86 MB, within 1.5x the file plus
-    a fixed 120 MB (the first chunk's ~50 MB included). Measured forked from the CLI zygote, with
+    a fixed 120 MB (the first chunk's ~50 MB included). Measured in a forked child of a pre-imported Python, with
     harness-trace stats put back on load_trace + trace_stats for the in-memory figure. Its memory grows
     in steps: at 15 MB it was 171 MB, too near the bound's 142; 18 MB is past the step, as 25 MB (309 MB
     in memory, 94 streamed) was, for ~0.9 s less CPU."""

@@ -1,9 +1,9 @@
 """A sim run's memory does not grow with its length, and the bounded-memory path writes the same files.
 
-Each run is the CLI (`python -m harness`) in its own process (forked from the CLI zygote: tests/e2e/
-peak_rss.py), measured by that process's peak RSS. Before the streamed path a request cost ~14 KB (the
+Each run is the CLI (`python -m harness`) in its own process (tests/e2e/peak_rss.py), measured by that
+process's peak RSS. Before the streamed path a request cost ~14 KB (the
 workload list, the records, the prefix pool's blocks), so 11,500 more requests were ~160 MB more (168 MB
-measured forked, with those three put back in harness/runs/sim.py; streamed: 20-31 MB); the bound below
+measured, with those three put back in harness/runs/sim.py; streamed: 20-31 MB); the bound below
 is a third of that, generous for noise. The short run is the one the in-memory comparison reads (parts of
 97 records; the long run's default 5,000 buffers more, which only adds to the difference).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 import pytest
 
@@ -27,8 +27,8 @@ SHORT_N, SHORT_EXTRA = 1500, ["recording.flush_every=97"]  # the short run: reco
 def _cli_rss_mb(tmp_path: Path, n: int, *overrides: str) -> tuple[float, Path]:
     out = tmp_path / f"n{n}"
     peak = tmp_path / f"peak-n{n}.txt"
-    done = cli_zygote.run(["-m", "tests.e2e.peak_rss", str(peak), "harness", f"workload.num_requests={n}", *COMMON,
-                           f"hydra.run.dir={out}", *overrides], cwd=REPO, timeout=900)
+    done = commands.run(["-m", "tests.e2e.peak_rss", str(peak), "harness", f"workload.num_requests={n}", *COMMON,
+                         f"hydra.run.dir={out}", *overrides], cwd=REPO, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     return int(peak.read_text()) / (1 << 20), out
 

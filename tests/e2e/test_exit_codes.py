@@ -1,10 +1,11 @@
 """Exit statuses mean what they say in every command: 0 ok, 1 a failed check or a crash, 2 bad input,
 130 interrupted; each failure is one stderr line without a traceback.
 
-Crashes are injected by breaking one harness function: in a command forked from the CLI zygote,
-tests/e2e/crash_hook.py replaces it before the command runs; in a parallel sweep, crash_hook also puts
-a `sitecustomize` module on the PYTHONPATH of every process the command starts, which replaces it there,
-joblib workers included (HARNESS_TEST_CRASH names the function).
+Commands run in the test's process (tests/commands.py), except where a process matters: crashes and
+signals. Crashes are injected by breaking one harness function: in a new process, tests/e2e/crash_hook.py
+replaces it before the command runs; in a parallel sweep, crash_hook also puts a `sitecustomize` module on
+the PYTHONPATH of every process the command starts, which replaces it there, joblib workers included
+(HARNESS_TEST_CRASH names the function).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 import pytest
 
@@ -69,8 +70,8 @@ if target:
 
 def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
          timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m *argv`; `crash` (module.function) breaks that function in the command's process, or in
-    every process of the run when `tmp_path` (where the sitecustomize hook goes) is given too."""
+    """`python -m *argv` (in this process); `crash` (module.function) breaks that function in the command's own
+    new process, or in every process of the run when `tmp_path` (where the sitecustomize hook goes) is given too."""
     env = {**os.environ}
     env.pop("HYDRA_FULL_ERROR", None)
     if crash is not None and tmp_path is None:
@@ -79,9 +80,9 @@ def _run(*argv: str, crash: str | None = None, tmp_path: Path | None = None,
         hook = tmp_path / "hook"
         hook.mkdir(exist_ok=True)
         (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-        # the command forked, the hook on PYTHONPATH for the processes it starts (crash_hook.py)
+        # the hook on PYTHONPATH for the processes the command starts (crash_hook.py)
         argv = ("tests.e2e.crash_hook", "--every-process", str(hook), crash, *argv)
-    return cli_zygote.run(["-m", *argv], cwd=ROOT, env=env, timeout=timeout)  # forked (tools/cli_zygote.py)
+    return commands.run(["-m", *argv], cwd=ROOT, env=env, timeout=timeout)  # crash_hook: a new process
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -1,6 +1,6 @@
 """What a run imports: one that draws no figures imports no plotting library (seaborn, matplotlib) and no
 scipy.stats. (Import sets, not timings: these hold on a busy machine; benchmarks/bench_startup.py reports the
-times.) The run that reads what start-up imports runs in a new interpreter; the sweep forks from the CLI zygote."""
+times.) The run that reads what start-up imports runs in a new interpreter; the sweep runs in this process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,9 +43,9 @@ def test_a_config_that_sets_hydra_mode_still_decides_the_mode(tmp_path):
     (tmp_path / "conf" / "experiment" / "always_sweep.yaml").write_text(
         "# @package _global_\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n      workload.num_requests: 2,3\n")
     sweep = tmp_path / "sweep"
-    done = cli_zygote.run(["-m", "harness", "--config-dir", str(tmp_path / "conf"), "experiment=always_sweep",
+    done = commands.run(["-m", "harness", "--config-dir", str(tmp_path / "conf"), "experiment=always_sweep",
                            f"hydra.sweep.dir={sweep}", "analysis.figures=false", "loadgen.progress=false"],
-                          cwd=ROOT, timeout=300)
+                        cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())  # hydra.sweep.subdir: <num>_<overrides>

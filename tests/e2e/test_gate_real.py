@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,7 +15,7 @@ PAPER_CASE = ROOT / "conf" / "gates" / "paper_case.yaml"
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return cli_zygote.run(["-m", *args], cwd=ROOT, timeout=timeout)  # forked: see tools/cli_zygote.py
+    return commands.run(["-m", *args], cwd=ROOT, timeout=timeout)
 
 
 def suite(out: Path, *overrides: str) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ("harness", "conf", "traces", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE")

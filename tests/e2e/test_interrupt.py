@@ -1,7 +1,6 @@
 """A long run stopped midway keeps every record it made: SIGTERM loses nothing, SIGKILL at most a buffer.
 
-Each run is `python -m harness` forked from the CLI zygote (tools/cli_zygote.py: the harness's own signal
-handlers, installed by the command as in a new process), in a thread; `on_fork` tells its pid.
+Each run is `python -m harness` in a new process (the harness's own signal handlers, as a user's run has them).
 """
 
 from __future__ import annotations
@@ -9,11 +8,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pandas as pd
 import pytest
 
@@ -26,41 +24,20 @@ LONG = ["workload.num_requests=200000", "loadgen.rate_rps=3.0", "loadgen.progres
         "recording.flush_every=500"]
 
 
-class _Run:
-    """The command running in the background: its pid, `poll()` and `communicate()` as a Popen's."""
+class _Run(subprocess.Popen):
+    """`python -m harness` on the long workload, in the background; `communicate` returns the status too."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.done: subprocess.CompletedProcess[str] | None = None
-        self.failed: BaseException | None = None
-        started = threading.Event()
-        self.pid = -1
+        super().__init__([sys.executable, "-m", "harness", f"hydra.run.dir={run_dir}", *LONG], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-        def forked(pid: int) -> None:
-            self.pid = pid
-            started.set()
-
-        def run() -> None:
-            try:
-                self.done = cli_zygote.run(["-m", "harness", f"hydra.run.dir={run_dir}", *LONG], cwd=ROOT,
-                                           timeout=300, on_fork=forked)
-            except BaseException as err:  # re-raised in the test's thread
-                self.failed = err
-            finally:
-                started.set()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        started.wait()
-
-    def poll(self) -> int | None:
-        return None if self.thread.is_alive() else self.communicate(0)[0]
-
-    def communicate(self, timeout: float) -> tuple[int, str, str]:
-        self.thread.join(timeout)  # a hang guard, not a timing assert
-        if self.failed is not None:
-            raise self.failed
-        assert self.done is not None, "the run did not end"
-        return self.done.returncode, self.done.stdout, self.done.stderr
+    def communicate(self, input=None, timeout=None):  # type: ignore[override]
+        try:
+            out, err = super().communicate(input, timeout)  # a hang guard, not a timing assert
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        return self.returncode, out, err
 
 
 def _wait_for_parts(run_dir: Path, proc: _Run, timeout_s: float = 90.0) -> None:
@@ -70,7 +47,7 @@ def _wait_for_parts(run_dir: Path, proc: _Run, timeout_s: float = 90.0) -> None:
         if parts.is_dir() and len(list(parts.glob("part-*.parquet"))) >= 2:
             return
         if proc.poll() is not None:
-            pytest.fail(f"the run ended before it could be interrupted: {proc.communicate(0)[2][-500:]}")
+            pytest.fail(f"the run ended before it could be interrupted: {proc.communicate(timeout=30)[2][-500:]}")
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     pytest.fail("no records were streamed to disk in time")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +17,7 @@ SMALL = ["workload=fixed", "workload.num_requests=2", "workload.input_tokens=64"
 
 
 def run_load(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    return cli_zygote.run(["-m", "harness.load", f"hydra.run.dir={tmp_path / 'run'}", *SMALL, *overrides],
+    return commands.run(["-m", "harness.load", f"hydra.run.dir={tmp_path / 'run'}", *SMALL, *overrides],
                           cwd=ROOT, timeout=120)
 
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 import pytest
 from aiohttp import web
@@ -62,7 +62,7 @@ def not_found_url() -> Iterator[str]:
 def test_no_request_completed_is_recorded_and_said(tmp_path, request, command, target, first_error):
     url = request.getfixturevalue(target)
     run_dir = tmp_path / "run"
-    proc = cli_zygote.run([*COMMANDS[command], f"hydra.run.dir={run_dir}", f"target.url={url}", "target.model=nope",
+    proc = commands.run([*COMMANDS[command], f"hydra.run.dir={run_dir}", f"target.url={url}", "target.model=nope",
                            *SMALL], cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: no request completed")]

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 import pytest
 
@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_plan(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return cli_zygote.run(["-m", "harness.plan", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
-                          timeout=120)  # forked: see tools/cli_zygote.py
+    return commands.run(["-m", "harness.plan", f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT,
+                          timeout=120)
 
 
 @pytest.fixture(scope="module")

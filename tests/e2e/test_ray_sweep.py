@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 import pytest
 from hydra.experimental.callback import Callback
@@ -36,7 +36,7 @@ from harness.plan import PlanCallback
 if importlib.util.find_spec("ray") is None or importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
     pytest.skip("the ray extra is not installed (pip install -e '.[test,ray]')", allow_module_level=True)
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(480)]
 
 ROOT = Path(__file__).resolve().parents[2]
 # Three jobs on the head's two CPUs: the third starts only once a worker is free, so it would reuse that
@@ -105,16 +105,16 @@ def _harness(args: list[str], env: dict[str, str], timeout_s: float = 300.0) -> 
 
 @pytest.fixture(scope="module")
 def basic_sweep_started(tmp_path_factory) -> Iterator[tuple[Path, threading.Thread, dict]]:
-    """The same sweep under the basic launcher, started first: it runs while the Ray head boots. Forked from
-    the CLI zygote (no new interpreter importing pandas & co.), from a thread so the head starts meanwhile;
-    the zygote kills the run at the timeout, so the thread always ends."""
+    """The same sweep under the basic launcher, started first: it runs while the Ray head boots. A new
+    process waited on from a thread, so the head starts meanwhile; killed at the timeout, so the thread
+    always ends."""
     out = tmp_path_factory.mktemp("basic") / "sweep"
     result: dict = {}
 
     def run() -> None:
         try:
-            result["proc"] = cli_zygote.run(["-m", "harness", "-m", *SWEEP, "hydra/launcher=basic",
-                                             f"hydra.sweep.dir={out}"], cwd=ROOT, timeout=300)
+            result["proc"] = commands.run(["-m", "harness", "-m", *SWEEP, "hydra/launcher=basic",
+                                          f"hydra.sweep.dir={out}"], cwd=ROOT, timeout=300, new_process=True)
         except BaseException as exc:  # reported by basic_sweep
             result["error"] = exc
 
@@ -255,7 +255,7 @@ def test_a_ray_sweep_killed_midway_leaves_its_finished_runs_reportable(ray_head,
     done = sorted(p.parent.name for p in out.glob("*/summary.parquet"))
     assert len(done) == 1 and done[0].endswith("workload.num_requests=150")  # the long run never finished
     assert not (out / "report.parquet").exists()  # the report callback never ran
-    proc = cli_zygote.run(["-m", "harness.report", str(out), "--no-figures"], cwd=ROOT, timeout=120)
+    proc = commands.run(["-m", "harness.report", str(out), "--no-figures"], cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = pd.read_parquet(out / "report.parquet")
     finished = report[~report["incomplete"].astype(bool)]  # a run killed mid-way is reported, marked incomplete

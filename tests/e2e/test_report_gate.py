@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import numpy as np
 import pandas as pd
 import pytest
@@ -52,7 +52,7 @@ def write_sweep(root: Path, capacities: dict[str, float], loads=(1.0, 4.0), n: i
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return cli_zygote.run(["-m", *args], cwd=ROOT, timeout=120)  # forked: see tools/cli_zygote.py
+    return commands.run(["-m", *args], cwd=ROOT, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 import pickle
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,7 +117,7 @@ def tiny_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "t"
     # No figures per run (none is read here; each joblib worker would import matplotlib for two PNGs per
     # run, ~1.7 s of CPU); the sweep report's own figures stay on (its callback's `figures`).
-    proc = cli_zygote.run(  # forked: see tools/cli_zygote.py (the joblib workers are new processes)
+    proc = commands.run(
         ["-m", "harness", "-m", "experiment=threshold_sweep",
          "deployment.router.threshold_tokens=5000,20000,50000", "workload.num_requests=400",
          f"hydra.sweep.dir={out}", "loadgen.progress=false", "analysis.figures=false",

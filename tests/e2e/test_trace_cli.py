@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pytest
 
 from harness.trace import main
@@ -20,7 +20,7 @@ BAD_INPUTS = json.loads((BAD_DIR / "expected.json").read_text())
 
 
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return cli_zygote.run(["-m", "harness.trace", *args], cwd=cwd, timeout=120)  # forked: see tools/cli_zygote.py
+    return commands.run(["-m", "harness.trace", *args], cwd=cwd, timeout=120)
 
 
 def _stats(path: Path) -> dict:

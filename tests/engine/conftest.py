@@ -4,23 +4,20 @@ Session scope: one server for every engine test (4 slots, 1 thread). The build i
 `make engine` runs (instant once cached; ~10 min on 2 cores the first time on a machine).
 
 The validate_engine suite (test_validate_engine.py) runs on a second server of its own, in the
-background from the first engine test on (`validate_run`, forked from the CLI zygote): its ~20 s are
+background from the first engine test on (`validate_run`, a new process): its ~20 s are
 mostly waits (each pinned probe's shared start, Poisson gaps between requests), which then overlap the
 other engine tests (~20 s) instead of following them. Two servers, so no test shares another's slots or
 engine log; harness-profile times its probes on its own server's CPU clock (see test_profile_engine.py).
-Alone (`pytest -p no:xdist tests/engine`) the three modules take ~20 CPU s, servers, commands and the CLI
-zygote included (~28 before their designs were halved and the suite forked).
+`pytest -m engine` runs them; they also pass with xdist's default `--dist load` (each worker then starts
+the servers its tests need).
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import threading
+import sys
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
 import pytest
 
 from harness.engine.build import BuildError, ensure_engine
@@ -63,46 +60,26 @@ def engine_url(engine_server):
 
 
 class BackgroundRun:
-    """`python -m <module> ...` started now, forked from the CLI zygote (tools/cli_zygote.py: its third-party
-    imports, ~1 s of CPU in a new interpreter, are done) and waited on in a thread; `result(timeout)` waits for it:
-    (return code, stdout, stderr); `stop()` kills it (by its pid, which the zygote reports once it runs)."""
+    """`python -m <module> ...` started now in a new process; `result(timeout)` waits for it: (return code,
+    stdout, stderr); `stop()` kills it."""
 
     def __init__(self, args: list[str], out: Path) -> None:
         self.out, self.args = out, args
-        self._pidfd: int | None = None
-        self._done: subprocess.CompletedProcess[str] | None = None
-        self._error: BaseException | None = None
-        cli_zygote.start()  # the process's zygote made here, not in the thread: the tests' own commands share it
-        self._thread = threading.Thread(target=self._run, name="background-run", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:  # the zygote kills it after MAX_RUN_S whatever happens here
-            self._done = cli_zygote.run(self.args, cwd=ROOT, timeout=MAX_RUN_S, on_fork=self._forked)
-        except BaseException as err:  # handed to result()
-            self._error = err
-
-    def _forked(self, pid: int) -> None:
-        self._pidfd = os.pidfd_open(pid)  # the process itself, even if its pid is reused once it is reaped
+        self._proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
 
     def result(self, timeout: float) -> tuple[int, str, str]:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        try:
+            out, err = self._proc.communicate(timeout=min(timeout, MAX_RUN_S))
+        except subprocess.TimeoutExpired:
             self.stop()
-            done = self._done
-            pytest.fail(f"still running after {timeout:g} s: {self.args}\n{done.stderr[-3000:] if done else ''}")
-        if self._error is not None:
-            raise self._error
-        assert self._done is not None
-        return self._done.returncode, self._done.stdout, self._done.stderr
+            pytest.fail(f"still running after {timeout:g} s: {self.args}")
+        return self._proc.returncode, out, err
 
     def stop(self) -> None:
-        if self._thread.is_alive() and self._pidfd is not None:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        self._thread.join(10)
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.communicate(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -121,9 +98,9 @@ def validate_run(engine_build, tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _validate_in_background(request):
-    """At the first engine test, start `validate_run` when this process runs test_validate_engine.py too (no
-    xdist, or --dist loadscope, which keeps tests/engine/ on one worker: tests/conftest.py ONE_UNIT)."""
-    if getattr(request.config.option, "dist", "no") not in ("no", "loadscope"):
+    """At the first engine test, start `validate_run` when this process surely runs test_validate_engine.py too
+    (no xdist); under xdist the test starts it when it runs."""
+    if getattr(request.config.option, "dist", "no") != "no":
         return
     if any(item.path == VALIDATE_MODULE for item in request.session.items):
         request.getfixturevalue("validate_run")

@@ -8,7 +8,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 import pytest
 
@@ -17,13 +17,13 @@ from harness.engine.server import get_json
 from .conftest import BUILD_TIMEOUT, SLOTS
 
 # The first test of a session may build the engine (~10-20 min on 2 cores) when `make engine` has not.
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(BUILD_TIMEOUT)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_python(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return cli_zygote.run(list(args), cwd=ROOT, timeout=timeout)  # forked: see tools/cli_zygote.py
+    return commands.run(list(args), cwd=ROOT, timeout=timeout)
 
 
 def post(url: str, body: dict, timeout_s: float = 60.0) -> dict:

@@ -34,7 +34,7 @@ from .conftest import BUILD_TIMEOUT, SLOTS
 from .test_engine import run_python
 
 # The first test of a session may build the engine (~10-20 min on 2 cores) when `make engine` has not.
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(BUILD_TIMEOUT)]
 
 # Prompts up to 256 tokens: the engine's CPU for the run is ~4.6 s (~6.5 s with every length doubled: prefill
 # 64..512, held out 192/384, 64- and 256-token decode streams, whose prefill-only twins (profile.clock=cpu) are most

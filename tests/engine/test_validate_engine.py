@@ -12,6 +12,9 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.engine
 
 REQUESTS = 4  # per engine run: 4 runs (2 loads, each repeated) of Poisson arrivals, ~1-2 s each at these loads
 # Prompts of at most 256 + 256 tokens (256-token blocks: one shared prompt is one block) and 8-16 tokens out: the

@@ -1,11 +1,11 @@
-"""Running the harness's commands in a subprocess, as a user would, on a small live workload."""
+"""Running the harness's commands as a user would (in this process: tests/commands.py), on a small live workload."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096", "workload.output_tokens=32",
@@ -13,5 +13,5 @@ SMALL = ["deployment=prfaas_pd", "workload=fixed", "workload.input_tokens=4096",
 
 
 def python(*args, timeout=120, **kw) -> subprocess.CompletedProcess[str]:
-    """`python *args` (`-m <command> ...`: forked from the CLI zygote, see tools/cli_zygote.py)."""
-    return cli_zygote.run(list(args), cwd=ROOT, timeout=timeout, **kw)
+    """`python *args` (`-m <command> ...`: in this process, see tests/commands.py)."""
+    return commands.run(list(args), cwd=ROOT, timeout=timeout, **kw)

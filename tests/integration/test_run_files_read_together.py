@@ -44,7 +44,7 @@ def runs(tmp_path_factory, compose_cfg):
 
 def _serve_and_drive_url(compose_cfg, root) -> None:
     """harness-serve in this process (`serve`, as the command runs it; SIGINT is `stop`), and a url run
-    (`python -m harness mode=url`, forked from the test zygote) against it."""
+    (`python -m harness mode=url`, in this process) against it."""
     cfg = compose_cfg(["server.port=0", "server.time_scale=20", *SMALL])
 
     async def main() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pytest
 from aiohttp import web
 
@@ -19,7 +19,7 @@ ARCH = ("profile.architecture={hidden_size: 64, layers: 2, q_heads: 4, kv_heads:
 
 
 def run_profile(tmp_path: Path, url: str, *overrides: str) -> subprocess.CompletedProcess[str]:
-    return cli_zygote.run(["-m", "harness.profile", f"hydra.run.dir={tmp_path / 'run'}", f"target.url={url}",
+    return commands.run(["-m", "harness.profile", f"hydra.run.dir={tmp_path / 'run'}", f"target.url={url}",
                            *overrides], cwd=ROOT, timeout=120)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pytest
 
 from harness.engine.model import ModelSpec, build_model, vocabulary
@@ -72,7 +72,7 @@ def test_a_written_profile_loads_through_build_profile(tmp_path):
 
 def test_a_written_profile_is_found_by_name_on_the_config_path(tmp_path):
     _written(tmp_path, "fitted_x")
-    proc = cli_zygote.run(  # forked: see tools/cli_zygote.py
+    proc = commands.run(
         [
             "-m",
             "harness",
@@ -98,8 +98,8 @@ def test_architecture_must_name_every_key():
 
 
 def test_harness_profile_without_a_url_is_a_one_line_error(tmp_path):
-    proc = cli_zygote.run(["-m", "harness.profile", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
-                          timeout=120)  # forked: see tools/cli_zygote.py
+    proc = commands.run(["-m", "harness.profile", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                          timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: harness-profile needs target.url=http://HOST:PORT "
                                                 "(an OpenAI-compatible endpoint)"]
