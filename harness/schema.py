@@ -27,6 +27,7 @@ _PARTS = (
     "harness.deploy.schema",
     "harness.analysis.schema",
     "harness.profiling.schema",
+    "harness.engine.schema",
 )
 
 
@@ -141,6 +142,7 @@ class RootConfig:
     planner: Any = None
     analysis: Any = None
     experiment: Any = None
+    engine: Any = None  # conf/engine/ (validate_engine: engine=<llama_server|vllm>), else null
 
 
 # Schemas only one primary config uses: stored only for it (each costs ~10 ms of every other command's start).
