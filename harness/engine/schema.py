@@ -32,6 +32,20 @@ class EngineMetricsNames:
 
 
 @dataclass
+class EngineEmulator:
+    """The aggregated deployment's mechanisms that describe this engine (validate_engine sets `deployment.*`
+    from these; see conf/deployment/aggregated.yaml for each key's meaning)."""
+
+    separate_passes: bool = False
+    slot_layout: bool = False
+    slot_prompt_cache: bool = False
+    tile_tokens: int = 0
+    chunk_tokens: int = 2048
+    ubatch_tokens: int = 512
+    wake_after_s: float = 0.5
+
+
+@dataclass
 class EngineConfig:
     name: str = "openai"
     # Where a probe's own prompt time and decode step come from: engine (each response's `timings`, llama.cpp)
@@ -39,6 +53,7 @@ class EngineConfig:
     timings: str = "client"
     request: EngineRequestFields = field(default_factory=EngineRequestFields)
     metrics: EngineMetricsNames = field(default_factory=EngineMetricsNames)
+    emulator: EngineEmulator = field(default_factory=EngineEmulator)
 
 
 def register(cs: ConfigStore) -> None:

@@ -138,8 +138,11 @@ class ValidateCallback(Callback):
 
         setting = config.experiment.engine.get("cpus")
         cpus = resolve(setting, int(config.experiment.engine.get("threads") or 1), "experiment.engine.cpus")
+        from harness.validation.coverage import check_engine, check_probe_design
+
+        check_engine(config)
         if not config.experiment.profile:  # the built-in probes must cover what is predicted: before the engine
-            self._check_coverage(config)
+            check_probe_design(config)
         if self.url:
             if cpus is not None and setting != "auto":
                 raise InputError("experiment.engine.cpus pins an engine this run starts; target.url names one "
@@ -150,15 +153,6 @@ class ValidateCallback(Callback):
         print(f"engine at {self.url}", flush=True)
         self._calibrate(config)
         self._capacity(config)
-
-    @staticmethod
-    def _check_coverage(config: DictConfig) -> None:
-        from harness.validation.coverage import check_coverage
-        from harness.workload import instantiate_workload
-
-        requests = instantiate_workload(config.workload).generate()
-        check_coverage(config.experiment.calibration, slots=int(config.deployment.slots),
-                       input_tokens=[int(r.input_tokens) for r in requests])
 
     def _start_engine(self, config: DictConfig, cpus: list[int] | None) -> None:
         from harness.engine.build import BuildError, ensure_engine

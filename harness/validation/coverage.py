@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.errors import require
+from harness.errors import InputError, require
 
 
 def check_coverage(cal: Any, *, slots: int, input_tokens: Sequence[int]) -> None:
@@ -31,3 +31,21 @@ def check_coverage(cal: Any, *, slots: int, input_tokens: Sequence[int]) -> None
             f"experiment.calibration.lengths span {lengths[0] if lengths else '-'}..{lengths[-1] if lengths else '-'}"
             f" tokens but the workload's prompts span {lo}..{hi}: the prefill curve would be extrapolated; probe "
             f"lengths from {lo} or less to {hi} or more")
+
+
+def check_probe_design(config: Any) -> None:
+    """`check_coverage` of validate_engine's config: its probes against its slots and its workload's prompts
+    (generated from `workload.*` with its seed, shared prefixes included)."""
+    from harness.workload import instantiate_workload
+
+    requests = instantiate_workload(config.workload).generate()
+    check_coverage(config.experiment.calibration, slots=int(config.deployment.slots),
+                   input_tokens=[int(r.input_tokens) for r in requests])
+
+
+def check_engine(config: Any) -> None:
+    """validate_engine starts only the project's llama-server; another engine's preset needs that engine's URL."""
+    name = str((config.get("engine") or {}).get("name", "llama_server"))
+    if name != "llama_server" and not config.target.url:
+        raise InputError(f"engine={name}: validate_engine starts only llama-server (make engine); start {name} "
+                         f"yourself and set target.url=http://127.0.0.1:PORT")

@@ -8,8 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.errors import InputError
-from harness.validation.callback import ValidateCallback
-from harness.validation.coverage import check_coverage
+from harness.validation.coverage import check_coverage, check_probe_design
 
 
 @pytest.mark.parametrize(("batches", "lengths", "slots", "message"), [
@@ -28,12 +27,12 @@ def test_a_design_short_of_the_configuration_is_refused(batches, lengths, slots,
 
 
 def test_the_shipped_design_covers_its_own_configuration(compose_cfg):
-    ValidateCallback._check_coverage(compose_cfg(["experiment=validate_engine"]))
+    check_probe_design(compose_cfg(["experiment=validate_engine"]))
 
 
 def test_six_slots_with_the_shipped_probes_is_refused(compose_cfg):
     """The issue's out-of-sample run (6 slots, probes for batches 1-4) would have been refused."""
     with pytest.raises(InputError, match=r"deployment.slots=6: the decode step of 5..6 streams"):
-        ValidateCallback._check_coverage(compose_cfg(["experiment=validate_engine", "deployment.slots=6"]))
-    ValidateCallback._check_coverage(compose_cfg(["experiment=validate_engine", "deployment.slots=6",
+        check_probe_design(compose_cfg(["experiment=validate_engine", "deployment.slots=6"]))
+    check_probe_design(compose_cfg(["experiment=validate_engine", "deployment.slots=6",
                                                   "experiment.calibration.batches=[1,2,3,4,5,6]"]))
