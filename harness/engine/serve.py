@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from harness.engine.build import BuildError, ensure_engine
-from harness.engine.server import start_server
+from harness.engine.server import serve_until_interrupted, start_server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,13 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(engine.binary, engine.model, log, slots=args.slots, threads=args.threads,
                           context=args.context, port=args.port)
     print(f"listening on {server.url} (model {engine.model.name}, {args.slots} slots; log {log})", flush=True)
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_interrupted(server)
 
 
 if __name__ == "__main__":

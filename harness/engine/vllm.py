@@ -14,13 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 from harness.engine.build import BuildError
-from harness.engine.server import HOST, EngineServer, free_port
+from harness.engine.server import HOST, EngineServer, free_port, serve_until_interrupted, wait_healthy
 from harness.engine.vllm_install import VllmInstall, ensure_vllm, private_env
 
 SERVED_NAME = "random-llama"
@@ -65,21 +63,12 @@ def start_vllm(inst: VllmInstall, log: Path, *, max_num_seqs: int = 4, max_num_b
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 cwd=env["TMPDIR"], start_new_session=True)
     server = VllmServer(url=f"http://{HOST}:{port}", process=proc, log=log, args=args)
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"vLLM exited with {proc.returncode} before it was ready: {' | '.join(tail)} "
-                               f"(log {log})")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=2.0) as resp:
-                if resp.status == 200:
-                    return server
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    server.stop()
-    raise RuntimeError(f"vLLM did not answer /health within {ready_timeout_s:g} s (log {log})")
+    return wait_healthy(server, "vLLM", ready_timeout_s, lambda: _status(server.url + "/health") == 200, 0.5)
+
+
+def _status(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=2.0) as resp:
+        return int(resp.status)
 
 
 async def _warm(url: str, rounds: list[int], prompt_tokens: int) -> None:
@@ -123,13 +112,11 @@ def main(argv: list[str] | None = None) -> int:
                         max_num_batched_tokens=args.max_num_batched_tokens)
     try:
         warm_up(server.url, args.max_num_seqs)
-        print(f"listening on {server.url} (pid {server.process.pid}); Ctrl-C stops it", flush=True)
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
+    except BaseException:
         server.stop()
-    return 0
+        raise
+    print(f"listening on {server.url} (pid {server.process.pid}); Ctrl-C stops it", flush=True)
+    return serve_until_interrupted(server)
 
 
 if __name__ == "__main__":
