@@ -48,7 +48,7 @@ def server_args(inst: VllmInstall, port: int, *, max_num_seqs: int, max_num_batc
             "--served-model-name", SERVED_NAME, "--host", HOST, "--port", str(port), "--dtype", "bfloat16",
             "--max-num-seqs", str(max_num_seqs), "--max-num-batched-tokens", str(max_num_batched_tokens),
             "--max-model-len", str(max_model_len), "--enable-prefix-caching", "--enable-chunked-prefill",
-            "--disable-log-requests"]
+            "--no-enable-log-requests"]
 
 
 def start_vllm(inst: VllmInstall, log: Path, *, max_num_seqs: int = 4, max_num_batched_tokens: int = 2048,

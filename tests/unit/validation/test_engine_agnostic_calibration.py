@@ -26,7 +26,8 @@ def step_s(b: int) -> float:
     return 0.016 + 0.006 * b  # 22 ms for one sequence, 40 ms for four
 
 
-CAL = {"lengths": [32, 128, 512, 1024, 2048], "holdout_lengths": [320, 1536], "repeats": 1,
+# 3 repeats: the fit takes each length's median, so one probe delayed by a busy test machine does not tilt it
+CAL = {"lengths": [32, 128, 512, 1024, 2048], "holdout_lengths": [320, 1536], "repeats": 3,
        "cached_prefixes": [], "cached_new": [], "batches": [1, 2, 3, 4], "decode_prompts": [64, 384],
        "decode_tokens": 16, "pin_slots": False, "seed": 5}
 
@@ -55,16 +56,18 @@ def test_the_fit_recovers_the_fake_engines_prefill_curve_and_decode_step(compose
     curve = prefill_curve(block["prefill"])
     # The curve is the engine's prompt time plus what the client adds (a few ms on the loopback, which the
     # emulator's TTFT must carry too): its growth is the engine's, its offset small and positive.
-    assert curve(2048) - curve(128) == pytest.approx(prefill_s(2048) - prefill_s(128), rel=0.10)
+    growth = 0.10 if timings == "metrics" else 0.15  # client TTFTs carry the client's own jitter too
+    assert curve(2048) - curve(128) == pytest.approx(prefill_s(2048) - prefill_s(128), rel=growth)
     for n in (32, 128, 320, 512, 1024, 1536, 2048):  # fitted lengths and held-out ones
-        assert 0.0 <= curve(n) - prefill_s(n) <= 0.030, n
+        assert 0.0 <= curve(n) - prefill_s(n) <= 0.040, n
     step = _decode_step(block)
     for b in (1, 2, 3, 4):  # two prompt lengths: the context term is identified (this engine has none)
         for prompt in (64, 384):
             assert step(b, b * (prompt + 8)) == pytest.approx(step_s(b), rel=0.10), (b, prompt)
     held = checks([raw], block, clock="server")["prefill_holdout"]
     assert [h["input_tokens"] for h in held] == [320, 1536]
-    assert all(abs(h["rel_error"]) < 0.15 for h in held), held
+    # (a few ms of client jitter are 10-20% of 33 ms at 320 tokens on a loaded machine)
+    assert all(abs(h["rel_error"]) < (0.10 if timings == "metrics" else 0.20) for h in held), held
     if timings == "metrics":  # the engine's own prompt times, from its histograms' sums
         for row in raw["prefill"]:
             assert row["server_prompt_s"] == pytest.approx(prefill_s(row["input_tokens"]), rel=0.10, abs=0.005)
