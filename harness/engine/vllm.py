@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.engine.build import BuildError
 from harness.engine.server import HOST, EngineServer, free_port, serve_until_interrupted, wait_healthy
 from harness.engine.vllm_install import VllmInstall, ensure_vllm, private_env
+from harness.errors import install_signal_handlers
 
 SERVED_NAME = "random-llama"
 
@@ -52,8 +53,9 @@ def server_args(inst: VllmInstall, port: int, *, max_num_seqs: int, max_num_batc
 
 
 def start_vllm(inst: VllmInstall, log: Path, *, max_num_seqs: int = 4, max_num_batched_tokens: int = 2048,
-               max_model_len: int = 8192, port: int = 0, ready_timeout_s: float = 300.0) -> VllmServer:
-    """Start the server; return once /health answers 200 (45-90 s measured here: it compiles every start)."""
+               max_model_len: int = 8192, port: int = 0, ready_timeout_s: float = 600.0) -> VllmServer:
+    """Start the server; return once /health answers 200 (it compiles at every start: 45-90 s on a quiet 2-core
+    machine, 3.5 min on a loaded one)."""
     port = port or free_port()
     args = server_args(inst, port, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                        max_model_len=max_model_len)
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=4)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     args = ap.parse_args(argv)
+    install_signal_handlers()  # Ctrl-C / SIGTERM raise KeyboardInterrupt, so the server is stopped, not orphaned
     try:
         inst = ensure_vllm()
     except BuildError as exc:
