@@ -61,8 +61,8 @@ def vllm_root() -> Path:
 
 
 def private_env(root: Path) -> dict[str, str]:
-    """Environment that keeps every file vLLM and torch write under `root` (else ~/.cache/vllm,
-    /tmp/torchinductor_*, sockets in /tmp)."""
+    """Environment that keeps every file vLLM and torch write under `root` (else ~/.cache/vllm, and the
+    system temporary directory for torchinductor's cache and the engine's sockets)."""
     run = root / "run"
     dirs = {"TMPDIR": run / "tmp", "VLLM_RPC_BASE_PATH": run / "rpc", "VLLM_CACHE_ROOT": run / "cache",
             "TORCHINDUCTOR_CACHE_DIR": run / "inductor", "HF_HOME": run / "hf", "XDG_CACHE_HOME": run / "xdg"}
