@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -29,18 +30,32 @@ class VllmServer(EngineServer):
     """A running vLLM OpenAI server; `stop` ends its whole process group."""
 
     def stop(self, grace_s: float = 20.0) -> None:
-        if self.process.poll() is not None:
-            return
+        """SIGINT to the group, as Ctrl-C would; SIGKILL to what is left of it after `grace_s`. Returns once no
+        process of the group is left: the API server exits before its engine-core and worker processes."""
+        group = self.process.pid  # the group this server leads (start_new_session)
         for sig in (signal.SIGINT, signal.SIGKILL):
-            try:
-                os.killpg(self.process.pid, sig)  # the group this server leads (start_new_session)
-            except ProcessLookupError:
-                return
-            try:
-                self.process.wait(grace_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+            if not _signal_group(group, sig):
+                break
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and _signal_group(group, 0):
+                if self.process.poll() is None:
+                    try:
+                        self.process.wait(0.2)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    time.sleep(0.2)
+        if self.process.poll() is None:
+            self.process.wait(grace_s)
+
+
+def _signal_group(group: int, sig: int) -> bool:
+    """Send `sig` (0: none, only ask) to the process group; False when no process of it is left."""
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def server_args(inst: VllmInstall, port: int, *, max_num_seqs: int, max_num_batched_tokens: int,

@@ -60,7 +60,10 @@ def test_harness_profile_predicts_held_out_prefill_lengths(vllm_server, tmp_path
     register_configs("profile")
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = compose("profile", overrides=[f"target.url={vllm_server.url}", "engine=vllm", "profile.slots=4",
-                                            "profile.slot_probe.probe=false", f"profile.out_dir={tmp_path}", ARCH])
+                                            "profile.slot_probe.probe=false", f"profile.out_dir={tmp_path}", ARCH,
+                                            # 5 repeats: each length's median (a busy machine moved one 768-token
+                                            # prompt from 166 to 286 ms between repeats)
+                                            "profile.prefill.repeats=5", "profile.prefill.holdout_repeats=5"])
     doc = profile_endpoint(cfg, tmp_path / "run")
     held = [c for c in doc["holdout"] if c["probe"] == "prefill"]
     assert held and all(abs(c["rel_error"]) < 0.10 for c in held), held
@@ -83,3 +86,25 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except (ProcessLookupError, PermissionError):
         return None
+
+
+def test_validate_engine_suite_runs_on_vllm(vllm_server, tmp_path):
+    """The validate_engine suite's tiny design (test_validate_engine.py) with engine=vllm: its engine times from
+    /metrics, its probes unpinned, its emulator the shared-pass model; one row per load and metric."""
+    import json
+
+    import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+    import pandas as pd
+
+    from .test_validate_engine import suite_args
+
+    sweep = tmp_path / "sweep"
+    done = cli_zygote.run([*suite_args(vllm_server.url, sweep), "engine=vllm"], cwd=Path(__file__).parents[2],
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    frame = pd.read_parquet(sweep / "validation.parquet")
+    assert frame["load_rps"].nunique() == 2 and (frame["measured"] > 0).all() and (frame["predicted"] > 0).all()
+    side = json.loads((sweep / "validation.json").read_text())
+    assert "vllm at http://127.0.0.1:" in side["profiles"]["start"]["cpu_local"]["prefill"]["provenance"]
+    probes = json.loads((sweep / "calibration" / "start" / "probes.json").read_text())
+    assert all(r["server_prompt_s"] > 0 for r in probes["prefill"])  # vLLM's own prompt times, from /metrics
