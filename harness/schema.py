@@ -27,6 +27,7 @@ _PARTS = (
     "harness.config.deployment",
     "harness.analysis.schema",
     "harness.profiling.schema",
+    "harness.engine.schema",
 )
 
 
@@ -142,6 +143,7 @@ class RootConfig:
     analysis: Any = None
     experiment: Any = None
     testbed: Any = None  # mode=testbed: conf/testbed/, checked by harness/testbed/settings.py
+    engine: Any = None  # conf/engine/ (validate_engine: engine=<llama_server|vllm>), else null
 
 
 # Schemas only one primary config uses: stored only for it (each costs ~10 ms of every other command's start).

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 from harness.engine.build import BuildError, ensure_engine
-from harness.engine.server import start_server
+from harness.engine.server import serve_until_interrupted, start_server
+from harness.errors import install_signal_handlers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=16384, help="KV tokens shared by the slots (-c); default 16384")
     ap.add_argument("--port", type=int, default=0, help="0 (default): a free port")
     args = ap.parse_args(argv)
+    install_signal_handlers()  # Ctrl-C / SIGTERM raise KeyboardInterrupt, so the server is stopped, not orphaned
     try:
         engine = ensure_engine()
     except BuildError as exc:
@@ -32,13 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(engine.binary, engine.model, log, slots=args.slots, threads=args.threads,
                           context=args.context, port=args.port)
     print(f"listening on {server.url} (model {engine.model.name}, {args.slots} slots; log {log})", flush=True)
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_interrupted(server)
 
 
 if __name__ == "__main__":

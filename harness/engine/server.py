@@ -8,8 +8,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 HOST = "127.0.0.1"
 
@@ -89,17 +91,38 @@ def start_server(binary: Path, model: Path, log: Path, *, slots: int = 4, thread
     with log.open("w") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = EngineServer(url=f"http://{HOST}:{port}", process=proc, log=log, args=args)
-    deadline = time.monotonic() + ready_timeout_s
+    return wait_healthy(server, "llama-server", ready_timeout_s,
+                        lambda: get_json(server.url + "/health", timeout_s=2.0).get("status") == "ok")
+
+
+S = TypeVar("S", bound=EngineServer)
+
+
+def wait_healthy(server: S, name: str, timeout_s: float, healthy: Callable[[], bool], poll_s: float = 0.2) -> S:
+    """`server` once `healthy()` (its /health) says so; RuntimeError with its log's last lines if it exits
+    first, or (stopped) if it is not healthy within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"llama-server exited with {proc.returncode} before it was ready: "
-                               f"{' | '.join(tail)} (log {log})")
+        if server.process.poll() is not None:
+            tail = server.log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"{name} exited with {server.process.returncode} before it was ready: "
+                               f"{' | '.join(tail)} (log {server.log})")
         try:
-            if get_json(server.url + "/health", timeout_s=2.0).get("status") == "ok":
+            if healthy():
                 return server
         except (urllib.error.URLError, OSError, ValueError):
             pass
-        time.sleep(0.2)
+        time.sleep(poll_s)
     server.stop()
-    raise RuntimeError(f"llama-server did not answer /health within {ready_timeout_s:g} s (log {log})")
+    raise RuntimeError(f"{name} did not answer /health within {timeout_s:g} s (log {server.log})")
+
+
+def serve_until_interrupted(server: EngineServer) -> int:
+    """Wait on a started server until it exits or Ctrl-C; stop it either way (exit status 0)."""
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.engine.schema import TIMINGS
 from harness.errors import InputError, choices, require
 from harness.profiling.writer import ARCH_KEYS, check_architecture
 
@@ -61,6 +62,12 @@ def check_design(cfg: DictConfig) -> None:
     require(p.slots is None or (isinstance(p.slots, int) and p.slots >= 1),
             f"profile.slots must be an integer >= 1 or null (the server's own, else probed), got {p.slots!r}")
     require(p.tolerance > 0, f"profile.tolerance must be > 0, got {p.tolerance!r}")
+    engine = cfg.get("engine") or {}
+    require(str(engine.get("timings", "engine")) in TIMINGS,
+            f"engine.timings={engine.get('timings')!r}; valid: {choices(TIMINGS)}")
+    require(not p.decode.get("pin_slots", False) or bool((engine.get("request") or {}).get("id_slot", True)),
+            f"profile.decode.pin_slots=true needs an engine that takes `id_slot` (llama.cpp); engine="
+            f"{engine.get('name')} does not (engine.request.id_slot=false): set profile.decode.pin_slots=false")
 
     lengths = _ints(p.prefill.lengths, "profile.prefill.lengths", 1, empty=False)
     require(len(set(lengths)) > PREFILL_DEGREE,

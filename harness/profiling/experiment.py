@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
+from harness.engine.metrics import MetricDelta, MetricNames
 from harness.errors import InputError, require
 from harness.profiling.design import CLOCKS, check_against_server
 from harness.profiling.probes import (
@@ -91,8 +92,11 @@ def decode_batches(slots: int, batches: Any, holdout: Any) -> tuple[list[int], l
 class Experiment:
     """Runs the design against one endpoint; every request sent ends in exactly one row."""
 
-    def __init__(self, complete: Completions, cfg: DictConfig, rng: np.random.Generator) -> None:
-        self.complete, self.p, self.rng = complete, cfg.profile, rng
+    def __init__(self, complete: Completions, cfg: DictConfig, rng: np.random.Generator,
+                 metrics: MetricDelta | None = None) -> None:
+        """`metrics` (clock server, an engine preset with timings=metrics): the engine's own prompt and decode
+        seconds from its /metrics, read around each probe (`one`) and each decode group."""
+        self.complete, self.p, self.rng, self.metrics = complete, cfg.profile, rng, metrics
         self.id_min, self.id_max = int(cfg.target.token_id_min), int(cfg.target.token_id_max)
         self.rows: list[dict[str, Any]] = []
         self.clock = str(self.p.clock)
@@ -120,8 +124,15 @@ class Experiment:
     async def one(self, prompt: list[int], max_tokens: int, cache_prompt: bool) -> tuple[ProbeResult, float]:
         """One request alone, and the engine CPU seconds it took (nan unless clock=cpu)."""
         c0 = self.cpu_now()
+        if self.metrics is not None:
+            await self.metrics.before()
         res = await self.complete(prompt, max_tokens, cache_prompt=cache_prompt)
-        return res, self.cpu_now() - c0
+        cpu_s = self.cpu_now() - c0
+        if self.metrics is not None:
+            moved = await self.metrics.after(0 if res.error else 1)
+            if res.error is None and math.isfinite(moved["prompt_s"]):
+                res.timings = {**res.timings, "prompt_ms": moved["prompt_s"] * 1e3}
+        return res, cpu_s
 
     async def concurrent(self, n: int, prompt_tokens: int, max_tokens: int, pin: bool = False) -> list[ProbeResult]:
         """n requests together; `pin`: on slots 0..n-1 (one run of consecutive slots, see `decode`)."""
@@ -201,9 +212,14 @@ class Experiment:
                     self.rows.append(_row("decode", "prefill_only", res, group=k, batch=b, stream=s, input_tokens=p,
                                           max_tokens=1, cpu_s=base_cpu))
             c0 = self.cpu_now()
+            if self.metrics is not None:
+                await self.metrics.before()
             results = await self.concurrent(b, p, m, pin)
             cpu_s = self.cpu_now() - c0
             step, ctx, how = self.decode_step(results, p)
+            if self.metrics is not None:
+                moved = await self.metrics.after(sum(1 for r in results if r.error is None))
+                step, ctx, how = metered_step(results, p, m, moved["decode_s"], (step, ctx, how))
             server_step = step
             if self.cpu is not None and not any(r.error for r in results):
                 step, ctx, how = (cpu_s - base_cpu) / (m - 1), b * (p + m / 2), "cpu"
@@ -229,6 +245,16 @@ class Experiment:
         return window.step_s, window.context_tokens, "client"
 
 
+def metered_step(results: list[ProbeResult], prompt_tokens: int, max_tokens: int, decode_s: float,
+                 fallback: tuple[float | None, float | None, str]) -> tuple[float | None, float | None, str]:
+    """(step, batch context tokens, source): the decode seconds the engine's /metrics moved by over the streams'
+    decode steps (n - 1 each: a stream's first token comes from its prompt's step); `fallback` without them."""
+    steps = sum((r.completion_tokens or len(r.chunk_s)) - 1 for r in results)
+    if any(r.error for r in results) or steps <= 0 or not math.isfinite(decode_s):
+        return fallback
+    return decode_s / steps, len(results) * (prompt_tokens + max_tokens / 2), "metrics"
+
+
 async def measure(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Any], int, int | None]:
     url = str(cfg.target.url).rstrip("/")
     p = cfg.profile
@@ -243,8 +269,14 @@ async def measure(cfg: DictConfig) -> tuple[pd.DataFrame, dict[str, Any], int, i
                                                   f"of {url} holds {ctx}; start the server with a larger -c "
                                                   f"or shorten profile.prefill / profile.decode")
         check_against_server(cfg, info)  # the model file, the batch sizes vs the declared slots: before any probe
-        complete = Completions(session, url, info["model"], time.perf_counter, float(cfg.target.timeout_s))
-        exp = Experiment(complete, cfg, np.random.default_rng(cfg.seed))
+        engine = cfg.get("engine") or {}
+        complete = Completions(session, url, info["model"], time.perf_counter, float(cfg.target.timeout_s),
+                               fields=engine.get("request"))
+        metrics = None
+        if str(p.clock) == "server" and engine.get("timings") == "metrics":
+            metrics = MetricDelta(session, url, MetricNames.from_config(engine.get("metrics")))
+            await metrics.before()  # a missing series is named before any probe is sent
+        exp = Experiment(complete, cfg, np.random.default_rng(cfg.seed), metrics)
         await exp.warmup()
         probed = await exp.probe_slots() if p.slot_probe.probe else None
         slots = p.slots or info["declared_slots"] or probed

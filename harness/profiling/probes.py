@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,23 +47,47 @@ class ProbeResult:
         return None if ms is None else float(ms) / 1e3
 
 
+# The request fields llama-server takes (conf/engine/llama_server.yaml): what a probe sends without a preset.
+LLAMA_FIELDS = {"cache_prompt": True, "timings_per_token": True, "id_slot": True, "ignore_eos": True,
+                "min_tokens": False}
+
+
 class Completions:
-    """POST /v1/completions with token-id prompts, streamed, one request per call."""
+    """POST /v1/completions with token-id prompts, streamed, one request per call. `fields`: the request fields
+    beyond the OpenAI ones that the engine takes (`engine.request`); a field it does not take is never sent."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, model: str, clock: Clock = time.perf_counter,
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, fields: Mapping[str, Any] | None = None) -> None:
         self.session, self.url, self.model, self.clock = session, url.rstrip("/"), model, clock
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.fields = {k: bool(v) for k, v in (LLAMA_FIELDS if fields is None else fields).items()}
+
+    def body(self, prompt: Sequence[int], max_tokens: int, *, cache_prompt: bool,
+             slot: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "prompt": [int(t) for t in prompt],
+                                "max_tokens": int(max_tokens), "stream": True,
+                                "stream_options": {"include_usage": True}, "temperature": 0.0}
+        take = self.fields.get
+        if take("ignore_eos"):
+            body["ignore_eos"] = True
+        if take("min_tokens"):
+            body["min_tokens"] = int(max_tokens)
+        if take("cache_prompt"):
+            body["cache_prompt"] = cache_prompt
+        if take("timings_per_token"):
+            body["timings_per_token"] = True  # llama.cpp: server-side stamps on every chunk
+        if slot is not None:
+            if not take("id_slot"):
+                raise InputError("profile.decode.pin_slots=true needs an engine that takes `id_slot` (llama.cpp); "
+                                 "this engine preset has engine.request.id_slot=false: set "
+                                 "profile.decode.pin_slots=false")
+            body["id_slot"] = int(slot)
+        return body
 
     async def __call__(self, prompt: Sequence[int], max_tokens: int, *, cache_prompt: bool,
                        slot: int | None = None) -> ProbeResult:
-        """`slot`: run on that engine slot (llama.cpp's `id_slot`; other engines ignore the field)."""
-        body = {"model": self.model, "prompt": [int(t) for t in prompt], "max_tokens": int(max_tokens),
-                "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
-                "temperature": 0.0, "cache_prompt": cache_prompt,
-                "timings_per_token": True}  # llama.cpp: server-side stamps on every chunk
-        if slot is not None:
-            body["id_slot"] = int(slot)
+        """`slot`: run on that engine slot (llama.cpp's `id_slot`, when the engine takes it)."""
+        body = self.body(prompt, max_tokens, cache_prompt=cache_prompt, slot=slot)
         res = ProbeResult(sent_s=self.clock())
         try:
             async with self.session.post(self.url + "/v1/completions", json=body, timeout=self.timeout) as resp:

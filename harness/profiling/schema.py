@@ -83,6 +83,7 @@ class ProfileRunConfig:
     seed: int = 0
     target: TargetConfig = field(default_factory=TargetConfig)
     profile: ProfileSettings = field(default_factory=ProfileSettings)
+    engine: Any = None  # conf/engine/<name>.yaml (engine=<llama_server|vllm>): request fields, timings source
 
 
 def register(cs: ConfigStore) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 from harness.costmodel.curves import PiecewiseLinear, Polynomial
 from harness.deploy.aggregated_instance import padded_tokens
 from harness.deploy.slot_layout import decode_cost
+from harness.errors import InputError
 
 PREFILL_KINDS = ("table", "polynomial")
 
@@ -374,6 +375,12 @@ def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str
     `fit` rows; held-out and mixed probes are only checked, see `checks`)."""
     pre = prefill_rows(rounds)
     dec = [row for r in rounds for row in r["decode"]]
+    if not dec:  # every decode probe failed, or no clock timed one: say so, never max() of nothing
+        raise InputError(f"experiment.calibration: no decode probe of {source} measured a step (each failed or "
+                         f"carried no time on the engine preset's clock; see calibration/*/probes.json)")
+    if not any(row.get("role", "fit") == "fit" and np.isfinite(_time(row, None)) for row in pre):
+        raise InputError(f"experiment.calibration: no prefill probe of {source} was answered "
+                         f"(see calibration/*/probes.json)")
     lengths = sorted({row["input_tokens"] for row in pre if row.get("role", "fit") == "fit"})
     batches = sorted({row["batch"] for row in dec})
     prompts = sorted({row["prompt_tokens"] for row in dec})

@@ -138,6 +138,11 @@ class ValidateCallback(Callback):
 
         setting = config.experiment.engine.get("cpus")
         cpus = resolve(setting, int(config.experiment.engine.get("threads") or 1), "experiment.engine.cpus")
+        from harness.validation.coverage import check_engine, check_probe_design
+
+        check_engine(config)
+        if not config.experiment.profile:  # the built-in probes must cover what is predicted: before the engine
+            check_probe_design(config)
         if self.url:
             if cpus is not None and setting != "auto":
                 raise InputError("experiment.engine.cpus pins an engine this run starts; target.url names one "
@@ -219,7 +224,8 @@ class ValidateCallback(Callback):
         cal = config.experiment.calibration
         t0 = time.monotonic()
         raw = probe(self.url, cal, config.target, config.loadgen, block_tokens=int(config.workload.block_tokens),
-                    seed=int(cal.seed) + len(self.rounds), max_sequences=int(config.deployment.slots))
+                    seed=int(cal.seed) + len(self.rounds), max_sequences=int(config.deployment.slots),
+                    engine=config.get("engine"))
         out = self.sweep_dir / "calibration" / tag
         out.mkdir(parents=True, exist_ok=True)
         (out / "probes.json").write_text(json.dumps(raw, indent=1))
@@ -257,8 +263,9 @@ class ValidateCallback(Callback):
             print(f"[{tag}] prompt cache save at launch: {save * 1e6:.2f} us per token copied (client's own part "
                   f"{intercept * 1e3:.1f} ms, {pairs} probes)", flush=True)
         _STATE["cache_save_token_s"] = save
+        engine = (config.get("engine") or {}).get("name", "llama_server")
         profiles = fit(rounds, hardware=str(config.deployment.hardware.name), slots=int(config.deployment.slots),
-                       source=f"llama-server at {self.url}, probe rounds {tag}", decode_kind=str(cal.decode_kind),
+                       source=f"{engine} at {self.url}, probe rounds {tag}", decode_kind=str(cal.decode_kind),
                        prefill_kind=str(cal.prefill_kind),
                        knots=[int(k) for k in cal.knots] if cal.get("knots") else None, clock=clock,
                        save_token_s=save)

@@ -35,12 +35,19 @@ import asyncio
 import copy
 import math
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
+import aiohttp
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import InputError
+from harness.engine.metrics import MetricDelta, MetricNames
+from harness.engine.schema import TIMINGS
+from harness.errors import InputError, choices
+from harness.profiling.probes import decode_window
 from harness.workload.request import Request, n_blocks
 
 _PROBE_IDS = 0x7E57 << 44  # hash ids of probe prompts: far from any workload's
@@ -71,28 +78,69 @@ def _cfgs(target: DictConfig, loadgen: DictConfig, url: str) -> tuple[DictConfig
     return tcfg, lg
 
 
+def timings_source(engine: Any) -> str:
+    """The engine preset's `timings` (engine | metrics | client); `engine` without a preset (llama-server)."""
+    source = str((engine or {}).get("timings", "engine"))
+    if source not in TIMINGS:
+        raise InputError(f"engine.timings={source!r}; valid: {choices(TIMINGS)}")
+    return source
+
+
 class ProbeRound:
-    def __init__(self, url: str, target: DictConfig, loadgen: DictConfig, block_tokens: int, seed: int) -> None:
+    """Probes of one round. `engine` (a conf/engine/ preset) says where a probe's own times come from: the
+    response's `timings` (llama.cpp), the deltas of the engine's /metrics around a probe sent alone (vLLM:
+    filled into the same engine_prompt_ms / engine_predicted_ms fields), or nowhere (client stamps only)."""
+
+    def __init__(self, url: str, target: DictConfig, loadgen: DictConfig, block_tokens: int, seed: int,
+                 engine: Any = None, session: aiohttp.ClientSession | None = None) -> None:
         self.tcfg, self.lg = _cfgs(target, loadgen, url)
         self.url, self.block = url, block_tokens
         self.salt = time.time_ns() // 1000
         self.ids = _Ids(seed, self.salt)
-        self.rng = np.random.default_rng(seed)
+        self.rng, self.seed = np.random.default_rng(seed), seed
         self.model: str | None = None
+        self.timings = timings_source(engine)
+        self.takes_slot = bool(((engine or {}).get("request") or {}).get("id_slot", True))
+        self.metrics = (MetricDelta(session, url, MetricNames.from_config((engine or {}).get("metrics")))
+                        if self.timings == "metrics" and session is not None else None)
 
     def fresh(self, rid: int, at: float, tokens: int, out: int, prefix: tuple[int, ...] = ()) -> Request:
         own = self.ids.take(tokens, self.block)[len(prefix):]
         return Request(rid, at, tokens, out, prefix + own)
 
     async def send(self, requests: list[Request], *, one_at_a_time: bool) -> list[dict[str, Any]]:
-        """The requests' requests.parquet rows (in request-id order)."""
+        """The requests' requests.parquet rows (in request-id order). With metrics timings, one at a time
+        means one load-generator run per request, the engine's /metrics read around each."""
+        if one_at_a_time and self.metrics is not None:
+            alone = [partial(self._drive, [replace(r, arrival_s=0.0)], True) for r in requests]
+            return [row for sending in alone for row in await self.metered(sending)]
+        return await self._drive(requests, one_at_a_time)
+
+    async def metered(self, sending: Callable[[], Awaitable[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+        """The rows `sending()` gives, with the engine's own times from its /metrics when
+        timings=metrics: a lone request's prompt and decode seconds; several requests' decode seconds summed
+        (`engine_group_decode_s` on every row)."""
+        if self.metrics is None:
+            return await sending()
+        await self.metrics.before()
+        rows = await sending()
+        moved = await self.metrics.after(sum(1 for r in rows if _ok(r)))
+        for row in rows:
+            row["engine_group_decode_s"] = moved["decode_s"]
+            if len(rows) == 1 and _ok(row):
+                row["engine_prompt_ms"] = moved["prompt_s"] * 1e3
+                row["engine_predicted_ms"] = moved["decode_s"] * 1e3
+                row["engine_predicted_n"] = float(row["output_tokens"])
+        return rows
+
+    async def _drive(self, requests: list[Request], one_at_a_time: bool) -> list[dict[str, Any]]:
         from harness.loadgen.run import client_rows, drive
 
         load = await drive(requests, self.url, self.tcfg, self.lg, mode="url",
                            concurrency=1 if one_at_a_time else None, model=self.model, label="probe",
                            block_tokens=self.block)
         self.model = load.model
-        rows, _, _ = client_rows(load)
+        rows = _with_stamps(*client_rows(load)[:2])
         return sorted(rows, key=lambda r: r["request_id"])
 
     async def send_pinned(self, requests: list[Request], slots: list[int]) -> list[dict[str, Any]]:
@@ -114,7 +162,7 @@ class ProbeRound:
             load = await drive([request], self.url, tcfg, self.lg, mode="url", concurrency=None, model=self.model,
                                label="probe", block_tokens=self.block, start_ns=start_ns)
             self.model = load.model
-            return client_rows(load)[0]
+            return _with_stamps(*client_rows(load)[:2])
 
         runs = await asyncio.gather(*(one(r, s) for r, s in zip(requests, slots, strict=True)))
         return sorted((row for rows in runs for row in rows), key=lambda r: r["request_id"])
@@ -122,8 +170,38 @@ class ProbeRound:
     async def together(self, requests: list[Request], pin: bool) -> list[dict[str, Any]]:
         """The requests at their arrival times; `pin`: request i on slot i (one run of consecutive slots)."""
         if pin:
-            return await self.send_pinned(requests, list(range(len(requests))))
-        return await self.send(requests, one_at_a_time=False)
+            return await self.metered(lambda: self.send_pinned(requests, list(range(len(requests)))))
+        return await self.metered(lambda: self._drive(requests, False))
+
+    def step(self, rows: list[dict[str, Any]]) -> float:
+        """The mean decode step of streams started together: with engine timings, each stream's own
+        (`decode_step_s`); else the client's chunk stamps in the span where every stream decodes (from the
+        last first token to the first last one, `profiling.probes.decode_window`): streams sent together
+        still reach the engine a few ms apart, and one admitted late puts its prompt's step into the others'
+        (+20% at 4 streams of 16 tokens on the fake engine, counted over their whole spans). Without such a
+        span: the engine's /metrics decode seconds over the streams' n - 1 steps each (timings=metrics), or
+        the streams' mean (last - first token) / (n - 1). nan when none measured."""
+        ok = [r for r in rows if _ok(r)]
+        if self.timings == "engine":
+            per = [decode_step_s(r) for r in ok if math.isfinite(decode_step_s(r))]
+            return float(np.mean(per)) if per else math.nan
+        if ok and len(ok) == len(rows):
+            window = decode_window([r["chunk_t_s"] for r in ok], [int(r["input_tokens"]) for r in ok],
+                                   [int(r["output_tokens"]) / max(1, len(r["chunk_t_s"])) for r in ok])
+            if window is not None:
+                return window.step_s
+        steps = sum(int(r["output_tokens"]) - 1 for r in ok)
+        total = float(ok[0].get("engine_group_decode_s", math.nan)) if ok else math.nan
+        if steps > 0 and math.isfinite(total):
+            return total / steps
+        per = [float(r["tpot_s"]) for r in ok if r.get("tpot_s") is not None and math.isfinite(r["tpot_s"])]
+        return float(np.mean(per)) if per else math.nan
+
+
+def _with_stamps(rows: list[dict[str, Any]], chunks: Any) -> list[dict[str, Any]]:
+    """The rows, each with `chunk_t_s`: its token-bearing chunks' arrivals on the run clock (for `step`)."""
+    stamps = chunks.groupby("request_id")["t_s"].apply(list).to_dict() if len(chunks) else {}
+    return [{**r, "chunk_t_s": stamps.get(r["request_id"], [])} for r in rows]
 
 
 def _ok(row: dict[str, Any]) -> bool:
@@ -146,9 +224,25 @@ def decode_step_s(row: dict[str, Any]) -> float:
 
 
 async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: DictConfig, *, block_tokens: int,
-                      seed: int, max_sequences: int | None = None) -> dict[str, Any]:
-    p = ProbeRound(url, target, loadgen, block_tokens, seed)
-    await p.send([p.fresh(0, 0.0, 64, 4)], one_at_a_time=True)  # warm-up (and the model's name)
+                      seed: int, max_sequences: int | None = None, engine: Any = None) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:  # the engine's /metrics (timings=metrics)
+        p = ProbeRound(url, target, loadgen, block_tokens, seed, engine, session)
+        return await _round(p, cal, block_tokens, max_sequences)
+
+
+def _missing(p: ProbeRound, rows: list[dict[str, Any]], field: str) -> None:
+    """A preset that promises the engine's own times from a field no answered probe carries: one line."""
+    answered = [r for r in rows if _ok(r)]
+    if p.timings == "engine" and answered and not any(math.isfinite(_ms(r, field)) for r in answered):
+        raise InputError(f"engine.timings=engine: the engine's responses carry no timings.{field} (llama.cpp's "
+                         f"per-request timings); choose its preset (engine=vllm reads /metrics) or "
+                         f"engine.timings=client")
+
+
+async def _round(p: ProbeRound, cal: DictConfig, block_tokens: int, max_sequences: int | None) -> dict[str, Any]:
+    (warm,) = await p.send([p.fresh(0, 0.0, 64, 4)], one_at_a_time=True)  # warm-up (and the model's name)
+    _missing(p, [warm], "prompt_ms")
+    _missing(p, [warm], "predicted_ms")
     # (1) prefill: fitted and held-out lengths, interleaved in a seeded random order
     plan = [(int(n), "fit") for n in cal.lengths for _ in range(int(cal.repeats))]
     plan += [(int(n), "holdout") for n in (cal.get("holdout_lengths") or []) for _ in range(int(cal.repeats))]
@@ -183,15 +277,18 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
               for (c, n), r in zip(keys, rows[1::2], strict=True)]
     # (3) decode steps: b streams started together (`pin_slots`: on slots 0..b-1, one ubatch)
     pin = bool(cal.get("pin_slots", False))
+    if pin and not p.takes_slot:
+        raise InputError("experiment.calibration.pin_slots=true needs an engine that takes `id_slot` (llama.cpp); "
+                         "this engine preset has engine.request.id_slot=false: set pin_slots=false")
     decode = []
     for _ in range(int(cal.repeats)):
         for prompt in cal.decode_prompts:
             for b in cal.batches:
                 reqs = [p.fresh(i, 0.0, int(prompt), int(cal.decode_tokens)) for i in range(int(b))]
                 runs = await p.together(reqs, pin)
-                per_token = [decode_step_s(r) for r in runs if _ok(r) and math.isfinite(decode_step_s(r))]
-                if per_token:
-                    decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": float(np.mean(per_token)),
+                step = p.step(runs)
+                if math.isfinite(step):
+                    decode.append({"batch": int(b), "prompt_tokens": int(prompt), "step_s": step,
                                    "context_tokens": int(b) * (int(prompt) + int(cal.decode_tokens) / 2)})
     # (3a) long contexts: each stream's prompt a prefix of `decode_cached.prompts` tokens the engine already
     # holds (sent alone first, on the stream's slot) + `new_tokens` fresh ones, so b streams at 1-2K tokens
@@ -205,17 +302,17 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                              f"({block_tokens} tokens; a cached prefix is shared block by block)")
         width = max(int(b) for b in cal.batches)
         prefixes = [p.fresh(i, 0.0, c, 1) for i in range(width)]
-        for i, warm in enumerate(prefixes):  # one at a time: each prefix alone on its slot
-            await (p.send_pinned([warm], [i]) if pin else p.send([warm], one_at_a_time=True))
+        for i, seed_req in enumerate(prefixes):  # one at a time: each prefix alone on its slot
+            await (p.send_pinned([seed_req], [i]) if pin else p.send([seed_req], one_at_a_time=True))
         for _ in range(int(cal.repeats)):
             for b in cal.batches:
                 reqs = [p.fresh(i, 0.0, c + new, int(cal.decode_tokens), prefixes[i].hash_ids) for i in range(int(b))]
                 runs = await p.together(reqs, pin)
-                per_token = [decode_step_s(r) for r in runs if _ok(r) and math.isfinite(decode_step_s(r))]
-                if per_token:
+                step = p.step(runs)
+                if math.isfinite(step):
                     decode.append({"batch": int(b), "prompt_tokens": c + new, "cached_tokens": c,
                                    "server_cache_n": min(_ms(r, "cache_n") for r in runs),
-                                   "step_s": float(np.mean(per_token)),
+                                   "step_s": step,
                                    "context_tokens": int(b) * (c + new + int(cal.decode_tokens) / 2)})
     # (3b) pinned streams in other layouts (`layouts`, lists of slots): checked, never fitted
     layouts = []
@@ -246,7 +343,7 @@ async def probe_round(url: str, cal: DictConfig, target: DictConfig, loadgen: Di
                            "ttft_s": float(r["ttft_s"]) if _ok(r) else math.nan,
                            "server_prompt_s": _ms(r, "prompt_ms") / 1e3} for r in rows[k:]]
     return {"prefill": prefill, "decode": decode, "cached": cached, "mixed": mixed, "layouts": layouts,
-            "ids": {"seed": seed, "salt": p.salt}}
+            "ids": {"seed": p.seed, "salt": p.salt}}
 
 
 RESET_TOKENS = 16  # reset_slots: each slot's request (fresh ids, 1 token out)
@@ -270,10 +367,11 @@ def reset_slots(url: str, target: Any, loadgen: Any, *, slots: int, block_tokens
 
 
 def probe(url: str, cal: Any, target: Any, loadgen: Any, *, block_tokens: int = 512, seed: int = 0,
-          max_sequences: int | None = None) -> dict[str, Any]:
-    """One round of probes against `url` (blocking): {"prefill", "decode", "cached", "mixed"} rows."""
+          max_sequences: int | None = None, engine: Any = None) -> dict[str, Any]:
+    """One round of probes against `url` (blocking): {"prefill", "decode", "cached", "mixed"} rows; `engine`:
+    its preset (conf/engine/), null: llama-server's (timings in every response)."""
     cal = cal if isinstance(cal, DictConfig) else OmegaConf.create(cal)
     target = target if isinstance(target, DictConfig) else OmegaConf.create(target)
     loadgen = loadgen if isinstance(loadgen, DictConfig) else OmegaConf.create(loadgen)
     return asyncio.run(probe_round(url, cal, target, loadgen, block_tokens=block_tokens, seed=seed,
-                                   max_sequences=max_sequences))
+                                   max_sequences=max_sequences, engine=engine))

@@ -20,10 +20,11 @@ REQUESTS = 4  # per engine run: 4 runs (2 loads, each repeated) of Poisson arriv
 # Prompts of at most 256 + 256 tokens (256-token blocks: one shared prompt is one block) and 8-16 tokens out: the
 # engine's CPU for the suite is ~5.5 s (~9.3 s with prompts up to 512 + 512, 16-32 tokens out, 512-token long probes).
 # Each pinned probe waits out its shared start (probes.PIN_LEAD_S): one decode prompt length (64; the long
-# probes, 256 cached + 16 new, give the fit its second context), one layout and one mixed shape.
+# probes, 256 cached + 16 new, give the fit its second context), one layout and one mixed shape. The probes cover
+# what is predicted (validate_engine refuses less): batches up to the 4 slots, lengths up to 256 + 256 tokens.
 TINY = [f"workload.num_requests={REQUESTS}", "experiment.load_fraction=0.5,1.0", "experiment.saturation_concurrency=8",
-        "experiment.calibration.lengths=[64,128,256]", "experiment.calibration.repeats=1",
-        "experiment.calibration.batches=[1,2]", "experiment.calibration.decode_prompts=[64]",
+        "experiment.calibration.lengths=[64,128,256,512]", "experiment.calibration.repeats=1",
+        "experiment.calibration.batches=[1,2,3,4]", "experiment.calibration.decode_prompts=[64]",
         "experiment.calibration.decode_tokens=16", "workload.output_lengths.low=8", "workload.output_lengths.high=16",
         "workload.output_lengths.mu=2.5", "workload.input_lengths.high=256", "workload.input_lengths.mu=4.5",
         "workload.block_tokens=256", "workload.shared_prompt_tokens=256",
@@ -71,16 +72,16 @@ def test_validate_engine_suite_writes_one_row_per_load_and_metric(validate_run):
         assert [c["slots"] for c in layouts] == [[0, 2]] and layouts[0]["measured_s"] > 0, (tag, layouts)
         assert [(c["decoders"], c["prompts"]) for c in side["checks"][tag]["mixed"]] == [(1, 2)]
         assert 0.0 <= side["client_overhead_s"][tag] < 1.0
-        # the prompt-cache copy cost: fitted from the back-to-back prefill probes (3 lengths, 1 repeat)
+        # the prompt-cache copy cost: fitted from the back-to-back prefill probes (4 lengths, 1 repeat)
         save = side["cache_save_token_s"][tag]
-        assert save["value"] >= 0.0 and save["pairs"] == 3 * (1 if tag == "start" else 2), (tag, save)
+        assert save["value"] >= 0.0 and save["pairs"] == 4 * (1 if tag == "start" else 2), (tag, save)
         # the partial attention tile: 130 tokens against the fitted 128, a share in [0, 1]
         tile = side["tile_fill"][tag]
         assert 0.0 <= tile["value"] <= 1.0 and [r["input_tokens"] for r in tile["by_length"]] == [130], (tag, tile)
     # long-context decode probes: each stream's 256-token prefix served from the engine's cache on its slot
     probes = json.loads((sweep / "calibration" / "start" / "probes.json").read_text())
     long = [r for r in probes["decode"] if r.get("cached_tokens") == 256]
-    assert sorted(r["batch"] for r in long) == [1, 2] and all(r["server_cache_n"] >= 256 for r in long), long
+    assert sorted(r["batch"] for r in long) == [1, 2, 3, 4] and all(r["server_cache_n"] >= 256 for r in long), long
     # the engine's repeat run at each load: its values beside the first run's
     assert frame["repeat"].gt(0).all() and frame["repeat_rel_diff"].notna().all()
     runs = side["runs"]
