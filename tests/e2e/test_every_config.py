@@ -40,6 +40,7 @@ SELECT = {
     "analysis": "analysis={}",
     "faults": "faults={}",
     "testbed": "testbed={}",
+    "engine": "engine={}",  # a real engine's preset: a sim run composes and ignores it
     "router": "router@deployment.router={}",
     "hardware": "hardware@deployment.local.hardware={}",
 }
