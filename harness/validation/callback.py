@@ -138,15 +138,15 @@ class ValidateCallback(Callback):
 
         setting = config.experiment.engine.get("cpus")
         cpus = resolve(setting, int(config.experiment.engine.get("threads") or 1), "experiment.engine.cpus")
+        if self.url and cpus is not None and setting != "auto":
+            raise InputError("experiment.engine.cpus pins an engine this run starts; target.url names one "
+                             "already running: pin it yourself (taskset) or set experiment.engine.cpus=null")
         from harness.validation.coverage import check_engine, check_probe_design
 
         check_engine(config)
-        if not config.experiment.profile:  # the built-in probes must cover what is predicted: before the engine
+        if not config.experiment.get("profile"):  # the built-in probes must cover what is predicted: before the engine
             check_probe_design(config)
         if self.url:
-            if cpus is not None and setting != "auto":
-                raise InputError("experiment.engine.cpus pins an engine this run starts; target.url names one "
-                                 "already running: pin it yourself (taskset) or set experiment.engine.cpus=null")
             self.meta["engine"] = {"url": self.url, "started_here": False}
         else:
             self._start_engine(config, cpus)

@@ -90,9 +90,9 @@ def test_auto_with_an_engine_at_a_url_pins_nothing_and_a_bad_setting_is_refused(
 
     from harness.validation.callback import ValidateCallback
 
-    def config(cpus):
+    def config(cpus):  # a profile file given: no built-in probes, so no probe design to check (calibration is stubbed)
         return OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "target": {"url": "http://127.0.0.1:9"},
-                                 "experiment": {"engine": {"nice": None, "cpus": cpus}}})
+                                 "experiment": {"engine": {"nice": None, "cpus": cpus}, "profile": "given.yaml"}})
 
     with pytest.raises(InputError, match=r"experiment\.engine\.cpus='everywhere'; valid: null, auto"):
         ValidateCallback()._prepare(config("everywhere"))
