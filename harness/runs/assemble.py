@@ -76,5 +76,7 @@ def serve(cfg: DictConfig) -> None:
     import asyncio
 
     from harness.runs.serve import serve as serve_async
+    from harness.runs.signals import SignalHold
 
-    asyncio.run(serve_async(cfg, run_dir(cfg)))
+    with SignalHold():  # a signal while the run directory is written waits for it (harness/runs/serve.py)
+        asyncio.run(serve_async(cfg, run_dir(cfg)))

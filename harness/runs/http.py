@@ -13,11 +13,8 @@ the run ends, so a killed run keeps the client's view of every finished request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +33,7 @@ from harness.loadgen.settings import burstiness, lg_get
 from harness.loadgen.timescale import announced_mismatch
 from harness.runs.offer import Offer, make_offer
 from harness.runs.recording import OutputError, RecordStream, streams_from
-from harness.runs.signals import deliver, on_main_thread, outer_hold
+from harness.runs.signals import stop_loop_on_signals
 from harness.runs.sim import RunResult
 from harness.workload.turns import predecessors
 
@@ -59,50 +56,6 @@ def run_url(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     require(bool(cfg.target.url), "mode=url needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
     check_target(cfg.target)  # before the workload is built or anything is sent
     return asyncio.run(_run(cfg, live=False, run_dir=run_dir))
-
-
-class _Stop:
-    """The run's stop: `event` is set by SIGINT/SIGTERM (or a write failure); `signum` is the signal, if one."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.event = asyncio.Event()
-        self.signum: int | None = None
-        self.acted_on = False  # the load saw the stop (its requests in flight are recorded as interrupted)
-        self._loop = loop
-
-    def signalled(self, signum: int, frame: object = None) -> None:
-        """A signal handler (main thread, between two bytecodes): note it now, set the event from the loop."""
-        if self.signum is None:
-            self.signum = signum
-        self._loop.call_soon_threadsafe(self.event.set)
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[_Stop]:
-    """SIGINT/SIGTERM stop the run (it records what it sent) while inside. Inside a SignalHold
-    (harness/runs/signals.py), a signal the hold noted before stops the run at once, and one that came
-    after the load ended goes back to the hold (delivered once the run's files are written).
-
-    A plain handler, not `loop.add_signal_handler`: that one runs its callback a loop iteration later,
-    and a signal just before the run ends would then be noted by no one."""
-    stop = _Stop(asyncio.get_running_loop())
-    previous: dict[int, Any] = {}
-    if on_main_thread():  # else leave signals alone
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
-                continue  # started with SIGINT ignored: keep ignoring it
-            previous[sig] = signal.signal(sig, stop.signalled)
-    hold = next((h for h in map(outer_hold, previous.values()) if h is not None), None)
-    early = hold.take_pending() if hold is not None else None
-    if early is not None:
-        stop.signalled(early)
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)  # the command's own handler again
-        if stop.signum is not None and not stop.acted_on:
-            deliver(previous.get(stop.signum, signal.SIG_DFL), stop.signum)
 
 
 def _row_sink(streams: dict[str, RecordStream], stop: asyncio.Event):
@@ -145,7 +98,7 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None) -> RunResul
     streams = streams_from(cfg, run_dir, "requests", "chunks", frames={"chunks": chunks_frame})
     block_tokens = int(cfg.workload.get("block_tokens", 512))
     try:
-        with _stop_on_signals() as stop:
+        with stop_loop_on_signals() as stop:
             load = await drive(offer.requests, url, cfg.target, cfg.loadgen, mode="live" if live else "url",
                                concurrency=offer.concurrency, time_scale=time_scale, start_ns=start_ns, model=model,
                                label=label, block_tokens=block_tokens, stop=stop.event,

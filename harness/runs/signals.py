@@ -14,8 +14,11 @@ at once; a signal it noted but could not act on (its loop had already ended) goe
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -79,3 +82,48 @@ def outer_hold(handler: Any) -> SignalHold | None:
     """The hold whose handler `handler` is (a measurement phase started inside it), else None."""
     owner = getattr(handler, "__self__", None)
     return owner if isinstance(owner, SignalHold) else None
+
+
+class LoopStop:
+    """The run's stop: `event` is set by SIGINT/SIGTERM (or a write failure); `signum` is the signal, if one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event | None = None) -> None:
+        self.event = asyncio.Event() if event is None else event
+        self.signum: int | None = None
+        self.acted_on = False  # the load saw the stop (its requests in flight are recorded as interrupted)
+        self._loop = loop
+
+    def signalled(self, signum: int, frame: object = None) -> None:
+        """A signal handler (main thread, between two bytecodes): note it now, set the event from the loop."""
+        if self.signum is None:
+            self.signum = signum
+        self._loop.call_soon_threadsafe(self.event.set)
+
+
+@contextlib.contextmanager
+def stop_loop_on_signals(event: asyncio.Event | None = None) -> Iterator[LoopStop]:
+    """SIGINT/SIGTERM set `event` while inside (a run stops, recording what it sent; a server stops). Inside
+    a SignalHold, a signal the hold noted before sets it at once, and one the caller did not act on
+    (`acted_on` false: it came after the load ended) goes back to the hold, delivered once the run's
+    files are written.
+
+    A plain handler, not `loop.add_signal_handler`: that one runs its callback a loop iteration later,
+    and a signal just before the run ends would then be noted by no one."""
+    stop = LoopStop(asyncio.get_running_loop(), event)
+    previous: dict[int, Any] = {}
+    if on_main_thread():  # else leave signals alone
+        for sig in (int(signal.SIGINT), int(signal.SIGTERM)):
+            if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # started with SIGINT ignored: keep ignoring it
+            previous[sig] = signal.signal(sig, stop.signalled)
+    hold = next((h for h in map(outer_hold, previous.values()) if h is not None), None)
+    early = hold.take_pending() if hold is not None else None
+    if early is not None:
+        stop.signalled(early)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)  # the command's own handler again
+        if stop.signum is not None and not stop.acted_on:
+            deliver(previous.get(stop.signum, signal.SIG_DFL), stop.signum)
