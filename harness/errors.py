@@ -220,6 +220,26 @@ def path_error(err: BaseException | None) -> str | None:
     return None
 
 
+def yaml_error(err: BaseException | None) -> str | None:
+    """One line for a YAML syntax error (PyYAML's, found in `err` or what caused it): the file, line and
+    column, the problem, and where the construct it breaks began; None for anything else."""
+    seen = 0
+    while err is not None and seen < 20:
+        mark = getattr(err, "problem_mark", None)
+        if mark is not None and type(err).__module__.startswith("yaml"):
+            problem = getattr(err, "problem", None) or str(err)
+            text = f"bad YAML in {mark.name}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
+            context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+            if context and start is not None:
+                where = f"line {start.line + 1}, column {start.column + 1}"
+                if start.name != mark.name:
+                    where = f"{start.name}, {where}"
+                text += f" ({context} at {where})"
+            return one_line(text)
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
 def _input_cause(err: BaseException) -> InputError | None:
     seen = 0
     cause: BaseException | None = err
@@ -283,7 +303,7 @@ def exit_status(err: BaseException, prog: str) -> tuple[int, str]:
     cause = _input_cause(err)
     if cause is not None:
         return EXIT_BAD_INPUT, f"error: {one_line(str(cause))}"
-    line = path_error(err)
+    line = yaml_error(err) or path_error(err)
     if line is not None:
         return EXIT_BAD_INPUT, f"error: {line}"
     if isinstance(err, MemoryError):
