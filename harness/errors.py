@@ -73,9 +73,28 @@ _WRITE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    """Collapse whitespace and newlines: a message for one stderr line."""
+    """Collapse whitespace and newlines: a message for one stderr line. Past `limit`, the middle is cut:
+    a message names the thing at its start and the cause at its end, and both are kept."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 5) * 2 // 5
+    return f"{text[:head]} ... {text[len(text) - (limit - 5 - head):]}"
+
+
+# Longest file name (one path component, bytes) of common Linux file systems (ext4, xfs, btrfs, tmpfs).
+NAME_MAX_BYTES = 255
+
+
+def _name_too_long(path: str) -> str:
+    """The one line for ENAMETOOLONG: which name of `path` is too long, by how much, and what makes it."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    longest = max(parts, key=lambda p: len(p.encode()), default=path)
+    size = len(longest.encode())
+    shown = longest if len(longest) <= 60 else f"{longest[:40]}...{longest[-16:]}"
+    return (f"cannot create {shown!r}: a file name of {size} bytes (the file system's limit is {NAME_MAX_BYTES}); "
+            "a run or job directory is named by hydra.run.dir or hydra.sweep.subdir: shorten the one you set "
+            "(the default hydra.sweep.subdir cuts and hashes long overrides)")
 
 
 _signalled: list[int] = []  # signals received since install_signal_handlers
@@ -211,6 +230,8 @@ def path_error(err: BaseException | None) -> str | None:
             if code is None:  # pyarrow: "... Detail: [errno 28] No space left on device"
                 found = re.search(r"\[errno (\d+)\]", str(err))
                 code = int(found.group(1)) if found else None
+            if code == errno.ENAMETOOLONG and err.filename:
+                return one_line(_name_too_long(os.fsdecode(err.filename)))
             if code in _PATH_ERRNOS:
                 text = (err.strerror or os.strerror(code)) if err.errno else str(err)
                 if err.filename:

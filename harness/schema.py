@@ -147,7 +147,10 @@ def register_configs(config_name: str | None = None) -> None:
 
         from harness.loadgen.settings import run_label
 
+        from harness.job_dirs import job_subdir
+
         OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
+        OmegaConf.register_new_resolver("job_subdir", job_subdir, replace=True)  # hydra.sweep.subdir
     for part in parts:
         if part not in _registered:
             importlib.import_module(part).register(cs)
