@@ -145,9 +145,8 @@ def register_configs(config_name: str | None = None) -> None:
         cs.store(name="base_config", node=RootConfig)
         from omegaconf import OmegaConf
 
-        from harness.loadgen.settings import run_label
-
         from harness.job_dirs import job_subdir
+        from harness.loadgen.settings import run_label
 
         OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
         OmegaConf.register_new_resolver("job_subdir", job_subdir, replace=True)  # hydra.sweep.subdir
