@@ -96,7 +96,7 @@ class ProtocolErrorLog(logging.LoggerAdapter):
             self.engine.record_unsubmitted(exc_info.code or 400, f"malformed HTTP request: {reason}")
             self.logger.warning("malformed HTTP request answered %s: %s", exc_info.code or 400, reason)
             return
-        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)  # type: ignore[arg-type]
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 def _count_response(request: web.Request, status: int) -> None:
