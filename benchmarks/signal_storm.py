@@ -66,8 +66,8 @@ def _summary(run_dir: Path) -> dict | None:
 class Tally:
     def __init__(self, name: str) -> None:
         self.name = name
-        self.counts = {"signals": 0, "missed": 0, "before_start": 0, "with_summary": 0, "summary_interrupted_key": 0,
-                       "rows_exactly_once": 0, "finished_rows_kept": 0, "failures": 0}
+        self.counts = {"signals": 0, "missed": 0, "after_end": 0, "before_start": 0, "with_summary": 0,
+                       "summary_interrupted_key": 0, "rows_exactly_once": 0, "finished_rows_kept": 0, "failures": 0}
         self.exits: dict[int, int] = {}
         self.problems: list[str] = []
 
@@ -80,13 +80,40 @@ class Tally:
         return f"{self.name}: " + ", ".join(f"{k}={v}" for k, v in self.counts.items()) + f"; exit statuses {{{exits}}}"
 
 
-def _signal_at(proc: subprocess.Popen[str], sig: int, after_s: float) -> bool:
-    """Send `sig` `after_s` seconds from now; False if the process had ended by then (not counted)."""
+class _Output:
+    """The command's stdout, read as it comes (so its last line, `results: DIR`, can be seen in time)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line)
+
+    def ended(self) -> bool:
+        return any(line.startswith("results:") for line in self.lines)
+
+    def text(self) -> str:
+        self._thread.join(60)
+        return "".join(self.lines)
+
+
+def _signal_at(proc: subprocess.Popen[str], sig: int, after_s: float) -> tuple[bool, _Output, str]:
+    """Send `sig` `after_s` seconds from now; (sent, stdout, stderr). Not sent if the process had ended."""
+    output = _Output(proc)
     time.sleep(after_s)
-    if proc.poll() is not None:
-        return False
-    proc.send_signal(sig)
-    return True
+    if proc.poll() is not None or output.ended():  # the run was over (its files written, its line printed)
+        sent = False
+    else:
+        proc.send_signal(sig)
+        sent = True
+    assert proc.stderr is not None
+    err = proc.stderr.read()  # stdout is the reader thread's
+    proc.wait(600)
+    return sent, output, err
 
 
 def _common(t: Tally, run_dir: Path, code: int, err: str, label: str) -> tuple[dict | None, pd.DataFrame | None]:
@@ -121,10 +148,13 @@ def sim_storm(n: int, rng: random.Random, tmp: Path) -> Tally:
         run_dir = tmp / f"sim_{i}"
         sig = SIGNALS[i % 2]
         proc = _harness([*SIM, f"hydra.run.dir={run_dir}"])
-        sent = _signal_at(proc, sig, rng.uniform(0.2, span))
-        out, err = proc.communicate(timeout=600)
+        sent, output, err = _signal_at(proc, sig, rng.uniform(0.2, span))
+        out = output.text()
         if not sent:
             t.counts["missed"] += 1
+            continue
+        if output.ended() and proc.returncode == 0:  # the line came as the signal went: the run was over
+            t.counts["after_end"] += 1
             continue
         summary, rows = _common(t, run_dir, proc.returncode, err, f"sim {i} ({sig.name})")
         if summary is None or rows is None:
@@ -157,10 +187,12 @@ def live_storm(n: int, rng: random.Random, tmp: Path) -> Tally:
         run_dir = tmp / f"live_{i}"
         sig = SIGNALS[i % 2]
         proc = _harness([*LIVE, f"hydra.run.dir={run_dir}"])
-        sent = _signal_at(proc, sig, rng.uniform(0.2, span))
-        _, err = proc.communicate(timeout=600)
+        sent, output, err = _signal_at(proc, sig, rng.uniform(0.2, span))
         if not sent:
             t.counts["missed"] += 1
+            continue
+        if output.ended() and proc.returncode == 0:
+            t.counts["after_end"] += 1
             continue
         summary, rows = _common(t, run_dir, proc.returncode, err, f"live {i} ({sig.name})")
         if summary is not None and rows is not None:
