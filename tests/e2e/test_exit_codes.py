@@ -244,6 +244,20 @@ def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
         subprocess.run(["umount", str(ro)], check=False)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs (needs root)")
+def test_a_read_only_sweep_directory_is_one_line(tmp_path):
+    """Before: Hydra's 2-line warning (the plan callback's OSError) came before the error line."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        sweep = _run("harness", "-m", *SMALL, f"hydra.sweep.dir={ro / 'sweep'}")
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+    assert sweep.returncode == 2 and "Read-only file system" in _one_line(sweep)
+
+
 # -- crashes: 1, with the traceback on disk ---------------------------------------------------------------
 
 def test_a_crash_is_exit_1_and_names_the_traceback_file(tmp_path):
