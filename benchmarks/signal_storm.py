@@ -276,6 +276,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     args = parser.parse_args()
+    # Started in the background (`cmd &`, nohup), this process ignores SIGINT, and so would the runs it starts
+    # (an ignored signal stays ignored across exec; the harness keeps ignoring it): give them the default.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="signal-storm-"))
     tallies = []
