@@ -352,8 +352,8 @@ def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
             bad.append(err)
     if not frames:
         raise bad[0]
-    for err in bad:
-        print(f"warning: {err} (read {path} without it: {len(parts) - len(bad)} of {len(parts)} parts)",
+    for problem in bad:
+        print(f"warning: {problem} (read {path} without it: {len(parts) - len(bad)} of {len(parts)} parts)",
               file=sys.stderr, flush=True)
     return pd.concat(frames, ignore_index=True)
 
