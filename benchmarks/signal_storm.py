@@ -11,8 +11,10 @@ Three storms, each signal SIGINT or SIGTERM (alternating) at a random moment of 
   aiohttp): every request a client sent has exactly one row (by X-Request-Id), every one whose
   response ended before the signal is there, completed, and `interrupted` is never null.
 
-A signal that lands before the run starts (the command is still importing: nothing sent, no files)
-is counted apart. Prints the counts; a measurement, not a test (tests/sim/test_signal_points.py is).
+Each signal comes at a random moment after the run started (Hydra made its directory) and before the
+unsignalled reference run ended; one that still lands before the run's first file (nothing sent, no files)
+is counted apart, as is one sent after the command printed its last line. Prints the counts; a
+measurement, not a test (tests/sim/test_signal_points.py is).
 
     .venv/bin/python benchmarks/signal_storm.py [--sim 50] [--live 20] [--serve 20] [--seed 0]
 """
@@ -101,9 +103,25 @@ class _Output:
         return "".join(self.lines)
 
 
-def _signal_at(proc: subprocess.Popen[str], sig: int, after_s: float) -> tuple[bool, _Output, str]:
-    """Send `sig` `after_s` seconds from now; (sent, stdout, stderr). Not sent if the process had ended."""
+def _wait_for_start(proc: subprocess.Popen[str], run_dir: Path) -> None:
+    """Until Hydra made the run directory (its `.hydra/`: the command has composed and is about to run)."""
+    while proc.poll() is None and not (run_dir / ".hydra").is_dir():
+        time.sleep(0.01)
+
+
+def _reference_span(args: list[str], run_dir: Path) -> float:
+    """Seconds from the run's start (see _wait_for_start) to the command's exit, without a signal."""
+    proc = _harness([*args, f"hydra.run.dir={run_dir}"])
+    _wait_for_start(proc, run_dir)
+    start = time.monotonic()
+    proc.communicate()
+    return time.monotonic() - start
+
+
+def _signal_at(proc: subprocess.Popen[str], sig: int, run_dir: Path, after_s: float) -> tuple[bool, _Output, str]:
+    """Send `sig` `after_s` seconds after the run started; (sent, stdout, stderr). Not sent if it had ended."""
     output = _Output(proc)
+    _wait_for_start(proc, run_dir)
     time.sleep(after_s)
     if proc.poll() is not None or output.ended():  # the run was over (its files written, its line printed)
         sent = False
@@ -139,16 +157,13 @@ def _common(t: Tally, run_dir: Path, code: int, err: str, label: str) -> tuple[d
 def sim_storm(n: int, rng: random.Random, tmp: Path) -> Tally:
     t = Tally("sim")
     ref_dir = tmp / "sim_reference"
-    start = time.monotonic()
-    proc = _harness([*SIM, f"hydra.run.dir={ref_dir}"])
-    proc.communicate()
-    span = time.monotonic() - start
+    span = _reference_span(SIM, ref_dir)
     ref = pd.read_parquet(ref_dir / "requests.parquet").set_index("request_id")
     for i in range(n):
         run_dir = tmp / f"sim_{i}"
         sig = SIGNALS[i % 2]
         proc = _harness([*SIM, f"hydra.run.dir={run_dir}"])
-        sent, output, err = _signal_at(proc, sig, rng.uniform(0.2, span))
+        sent, output, err = _signal_at(proc, sig, run_dir, rng.uniform(0.0, span))
         out = output.text()
         if not sent:
             t.counts["missed"] += 1
@@ -180,14 +195,12 @@ def _stopped_at(out: str) -> float | None:
 
 def live_storm(n: int, rng: random.Random, tmp: Path) -> Tally:
     t = Tally("live")
-    start = time.monotonic()
-    _harness([*LIVE, f"hydra.run.dir={tmp / 'live_reference'}"]).communicate()
-    span = time.monotonic() - start
+    span = _reference_span(LIVE, tmp / "live_reference")
     for i in range(n):
         run_dir = tmp / f"live_{i}"
         sig = SIGNALS[i % 2]
         proc = _harness([*LIVE, f"hydra.run.dir={run_dir}"])
-        sent, output, err = _signal_at(proc, sig, rng.uniform(0.2, span))
+        sent, output, err = _signal_at(proc, sig, run_dir, rng.uniform(0.0, span))
         if not sent:
             t.counts["missed"] += 1
             continue
