@@ -181,7 +181,9 @@ def sim_storm(n: int, rng: random.Random, tmp: Path) -> Tally:
         if kept["error"].isna().all() and kept["finish_s"].notna().all():
             t.counts["finished_rows_kept"] += 1
         else:
-            t.bad(f"sim {i}: {int(kept['finish_s'].isna().sum())} requests finished before the stop are missing")
+            lost = kept.index[kept["finish_s"].isna() | kept["error"].notna()].tolist()[:5]
+            t.bad(f"sim {i} ({run_dir}): {len(lost)} requests finished before the stop (t={bound}) are not "
+                  f"completed: ids {lost}, reference finish {ref.loc[lost, 'finish_s'].tolist()}")
     return t
 
 
@@ -295,7 +297,7 @@ def main() -> None:
             for problem in tally.problems:
                 print(f"  {problem}", flush=True)
             tallies.append(tally)
-    if args.keep:
+    if args.keep or any(t.counts["failures"] for t in tallies):
         print(f"run directories: {tmp}")
     else:
         import shutil
