@@ -36,38 +36,46 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """`run(cfg)` into the directory `out` (a driver that runs several configurations in one job)."""
+    """`run(cfg)` into the directory `out` (a driver that runs several configurations in one job).
+
+    From here until the last file is written a signal never drops a finished row: the measurement stops
+    on it (its requests in flight recorded as interrupted; one that came while the run was being set up
+    stops it at its start), and outside the measurement it waits for the files (harness/runs/signals.py).
+    """
+    from harness.runs.signals import SignalHold
+
+    with SignalHold():
+        return _run_into(cfg, out)
+
+
+def _run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
     from harness.analysis.frames import write_parquet
     from harness.analysis.summary import write_run
     from harness.runs.recording import writing_to
-    from harness.runs.signals import SignalHold
 
     if cfg.mode not in MODES:
         raise InputError(f"mode={cfg.mode!r} is not available in this build; valid: {choices(MODES)}")
     with writing_to(out):
         out.mkdir(parents=True, exist_ok=True)
-    # From here until the last file is written a signal never drops a finished row: the measurement stops on
-    # it (its requests in flight recorded as interrupted); outside the measurement it waits for the files.
-    with SignalHold():
-        if cfg.mode == "sim":
-            from harness.runs.sim import run_sim
+    if cfg.mode == "sim":
+        from harness.runs.sim import run_sim
 
-            result = run_sim(cfg, out)
-        else:  # live: the emulator behind HTTP in this process; url: an external endpoint
-            from harness.runs.http import run_live, run_url
+        result = run_sim(cfg, out)
+    else:  # live: the emulator behind HTTP in this process; url: an external endpoint
+        from harness.runs.http import run_live, run_url
 
-            result = run_live(cfg, out) if cfg.mode == "live" else run_url(cfg, out)
-        with writing_to(out):  # summary.parquet last but for summary.json: it marks the run complete
-            for name, frame in result.extras.items():  # chunks.parquet, warmup.parquet
-                write_parquet(frame, out / f"{name}.parquet")
-            summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis,
-                                requests_written=result.requests_written)
-        for stream in result.streams.values():  # every final file is in place: the parts are redundant
-            stream.discard_parts()
-        if result.meta.get("interrupted"):
-            print(f"interrupted at t={result.meta.get('stopped_at_s', float('nan')):.1f} s (run clock): "
-                  f"{result.meta.get('offered')} requests sent, each recorded in {out / 'requests.parquet'}",
-                  flush=True)
+        result = run_live(cfg, out) if cfg.mode == "live" else run_url(cfg, out)
+    with writing_to(out):  # summary.parquet last but for summary.json: it marks the run complete
+        for name, frame in result.extras.items():  # chunks.parquet, warmup.parquet
+            write_parquet(frame, out / f"{name}.parquet")
+        summary = write_run(out, result.requests, result.timeseries, result.meta, cfg.analysis,
+                            requests_written=result.requests_written)
+    for stream in result.streams.values():  # every final file is in place: the parts are redundant
+        stream.discard_parts()
+    if result.meta.get("interrupted"):
+        print(f"interrupted at t={result.meta.get('stopped_at_s', float('nan')):.1f} s (run clock): "
+              f"{result.meta.get('offered')} requests sent, each recorded in {out / 'requests.parquet'}",
+              flush=True)
     return summary
 
 
