@@ -73,9 +73,28 @@ _WRITE_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    """Collapse whitespace and newlines: a message for one stderr line."""
+    """Collapse whitespace and newlines: a message for one stderr line. Past `limit`, the middle is cut:
+    a message names the thing at its start and the cause at its end, and both are kept."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 5) * 2 // 5
+    return f"{text[:head]} ... {text[len(text) - (limit - 5 - head):]}"
+
+
+# Longest file name (one path component, bytes) of common Linux file systems (ext4, xfs, btrfs, tmpfs).
+NAME_MAX_BYTES = 255
+
+
+def _name_too_long(path: str) -> str:
+    """The one line for ENAMETOOLONG: which name of `path` is too long, by how much, and what makes it."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    longest = max(parts, key=lambda p: len(p.encode()), default=path)
+    size = len(longest.encode())
+    shown = longest if len(longest) <= 60 else f"{longest[:40]}...{longest[-16:]}"
+    return (f"cannot create {shown!r}: a file name of {size} bytes (the file system's limit is {NAME_MAX_BYTES}); "
+            "a run or job directory is named by hydra.run.dir or hydra.sweep.subdir: shorten the one you set "
+            "(the default hydra.sweep.subdir cuts and hashes long overrides)")
 
 
 _signalled: list[int] = []  # signals received since install_signal_handlers
@@ -211,11 +230,33 @@ def path_error(err: BaseException | None) -> str | None:
             if code is None:  # pyarrow: "... Detail: [errno 28] No space left on device"
                 found = re.search(r"\[errno (\d+)\]", str(err))
                 code = int(found.group(1)) if found else None
+            if code == errno.ENAMETOOLONG and err.filename:
+                return one_line(_name_too_long(os.fsdecode(err.filename)))
             if code in _PATH_ERRNOS:
                 text = (err.strerror or os.strerror(code)) if err.errno else str(err)
                 if err.filename:
                     return one_line(f"{err.filename}: {text}")
                 return one_line(f"cannot write an output file: {text}" if code in _WRITE_ERRNOS else text)
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+def yaml_error(err: BaseException | None) -> str | None:
+    """One line for a YAML syntax error (PyYAML's, found in `err` or what caused it): the file, line and
+    column, the problem, and where the construct it breaks began; None for anything else."""
+    seen = 0
+    while err is not None and seen < 20:
+        mark = getattr(err, "problem_mark", None)
+        if mark is not None and type(err).__module__.startswith("yaml"):
+            problem = getattr(err, "problem", None) or str(err)
+            text = f"bad YAML in {mark.name}, line {mark.line + 1}, column {mark.column + 1}: {problem}"
+            context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+            if context and start is not None:
+                where = f"line {start.line + 1}, column {start.column + 1}"
+                if start.name != mark.name:
+                    where = f"{start.name}, {where}"
+                text += f" ({context} at {where})"
+            return one_line(text)
         err, seen = err.__cause__ or err.__context__, seen + 1
     return None
 
@@ -283,7 +324,7 @@ def exit_status(err: BaseException, prog: str) -> tuple[int, str]:
     cause = _input_cause(err)
     if cause is not None:
         return EXIT_BAD_INPUT, f"error: {one_line(str(cause))}"
-    line = path_error(err)
+    line = yaml_error(err) or path_error(err)
     if line is not None:
         return EXIT_BAD_INPUT, f"error: {line}"
     if isinstance(err, MemoryError):

@@ -35,6 +35,7 @@ from harness.errors import (
     one_line,
     path_error,
     save_traceback,
+    yaml_error,
 )
 from harness.resources import conf_dir, config_groups
 
@@ -210,7 +211,7 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 return task(cfg)
             except Exception as err:
                 if _input_cause(err) is None and not _is_config_error(err) and path_error(err) is None \
-                        and not hasattr(err, "harness_traceback"):
+                        and yaml_error(err) is None and not hasattr(err, "harness_traceback"):
                     err.harness_traceback = save_traceback(err, _output_dir())  # type: ignore[attr-defined]
                     err.harness_where = crash_site(err)  # type: ignore[attr-defined]  # a worker's traceback is lost
                 raise
@@ -302,6 +303,9 @@ def _status(err: BaseException, prog: str, overrides: list[str], job: str | None
     cause = _input_cause(err)
     if cause is not None:
         return EXIT_BAD_INPUT, f"error: {where}{one_line(str(cause))}"
+    line = yaml_error(err)
+    if line is not None:
+        return EXIT_BAD_INPUT, f"error: {where}{line}"
     if _is_config_error(err):
         return EXIT_BAD_INPUT, f"error: {where}{fold_hydra_error(err, overrides)}"
     line = path_error(err) or group_value_error(err, overrides, conf_dirs)

@@ -90,6 +90,10 @@ class PlanCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:  # the sweep itself fails on it next, in one line: raised here, Hydra would print a warning
+            return
+        try:
             fixed, swept = sweep_overrides(config)
             names = self.deployments or swept.get("deployment") or _fixed_choice(fixed, config)
             cfg = compose_or_input_error(fixed)

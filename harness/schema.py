@@ -163,11 +163,15 @@ def register_configs(config_name: str | None = None) -> None:
         cs.store(name="base_config", node=RootConfig)
         from omegaconf import OmegaConf
 
+        from harness.job_dirs import job_subdir
         from harness.loadgen.settings import run_label
+        from harness.ray_local import local_only
         from harness.resources import help_config_groups
 
         OmegaConf.register_new_resolver("run_label", run_label, replace=True)  # conf/config.yaml hydra.run.dir
         OmegaConf.register_new_resolver("harness_config_groups", help_config_groups, replace=True)  # --help pages
+        OmegaConf.register_new_resolver("job_subdir", job_subdir, replace=True)  # hydra.sweep.subdir
+        OmegaConf.register_new_resolver("ray_local_only", local_only, replace=True)  # hydra/launcher/ray_cluster
     for part in parts:
         if part not in _registered:
             importlib.import_module(part).register(cs)

@@ -19,6 +19,7 @@ import math
 import numbers
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,9 +345,20 @@ def read_parquet(path: str | os.PathLike[str]) -> pd.DataFrame:
     if path.exists():
         return read_table(path)
     parts = _parts(path)
-    if parts:
-        return pd.concat([read_table(p) for p in parts], ignore_index=True)
-    raise InputError(f"no Parquet file at {path}")
+    if not parts:
+        raise InputError(f"no Parquet file at {path}")
+    frames, bad = [], []
+    for part in parts:  # a part cut short by a kill (or damaged since) costs its own rows, not the run's
+        try:
+            frames.append(read_table(part))
+        except InputError as err:
+            bad.append(err)
+    if not frames:
+        raise bad[0]
+    for problem in bad:
+        print(f"warning: {problem} (read {path} without it: {len(parts) - len(bad)} of {len(parts)} parts)",
+              file=sys.stderr, flush=True)
+    return pd.concat(frames, ignore_index=True)
 
 
 def _parts(path: Path) -> list[Path]:

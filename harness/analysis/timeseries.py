@@ -40,7 +40,7 @@ def bin_width(t_end: float, bin_s: float, max_bins: int = MAX_BINS) -> float:
     width = bin_s * math.ceil(n_bins / max_bins)
     while math.ceil(t_end / width) > max_bins:  # float rounding at the boundary
         width += bin_s
-    log.warning("time series: a %.4g s run at analysis.timeseries.bin_s=%g would need %d bins; binned at "
+    log.warning("time series: a %.4g s run at analysis.timeseries.bin_s=%g would need %.4g bins; binned at "
                 "%.6g s instead (at most %d bins)", t_end, bin_s, n_bins, width, max_bins)
     return float(width)
 

@@ -18,11 +18,18 @@ def vllm_stats(values_s: np.ndarray, name: str, percentiles: tuple[float, ...]) 
     nan = float("nan")
     out = {f"mean_{name}_ms": float(v.mean()) if v.size else nan,
            f"median_{name}_ms": float(np.median(v)) if v.size else nan,
-           f"std_{name}_ms": float(v.std()) if v.size else nan}
+           f"std_{name}_ms": _std(v) if v.size else nan}
     for q in percentiles:
         word = str(int(q)) if int(q) == q else str(q)
         out[f"p{word}_{name}_ms"] = float(np.percentile(v, q)) if v.size else nan
     return out
+
+
+def _std(v: np.ndarray) -> float:
+    """Standard deviation, scaled first: the squares of latencies near 1e154 s (a run at 1e-300 req/s)
+    would overflow."""
+    scale = float(np.max(np.abs(v)))
+    return float((v / scale).std() * scale) if scale > 0 else 0.0
 
 
 def chunk_gaps_s(chunks: pd.DataFrame) -> np.ndarray:
@@ -54,7 +61,7 @@ def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tu
     per_chunk = dict(zip(req["request_id"], _values(req, "output_tokens") / n_chunks, strict=False))
     c = chunks[chunks["request_id"].isin(per_chunk)]
     weights = c["request_id"].map(per_chunk).to_numpy(dtype=float)
-    bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0).astype(int)
+    bins = np.floor(c["t_s"].to_numpy(dtype=float) - t0)  # floats: whole seconds past 2**63 do not fit an int
     ok = (bins >= 0) & (bins < n_bins)
     _, at = np.unique(bins[ok], return_inverse=True)  # the bins that hold chunks (the span may be 1e9 s)
     tokens = np.bincount(at, weights=weights[ok])
@@ -64,8 +71,9 @@ def peak_output_tokens_per_s(chunks: pd.DataFrame, requests: pd.DataFrame) -> tu
 def _max_active(start: np.ndarray, end: np.ndarray, t0: float) -> int:
     """Most requests active in any 1-second bin from t0: a request counts in every bin from its start's to its
     end's. Summed at the bins where the count changes only: a run's span can be 1e9 s (two requests far apart)."""
-    first = np.floor(start - t0).astype(np.int64)
-    after = np.floor(end - t0).astype(np.int64) + 1
+    first = np.floor(start - t0)  # floats: a span past 2**63 s does not fit an int (1e-300 req/s: 1e302 s)
+    # Past 2**53 s a float cannot tell a second from the next: the request still counts in its own bin.
+    after = np.maximum(np.floor(end - t0) + 1, np.nextafter(first, np.inf))
     bins, at = np.unique(np.concatenate([first, after]), return_inverse=True)
     steps = np.bincount(at, weights=np.concatenate([np.ones(len(first)), -np.ones(len(after))]), minlength=len(bins))
     return int(np.cumsum(steps).max()) if len(bins) else 0

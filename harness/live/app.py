@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from harness.live.engine import CLIENT_CLOSED_STATUS, LiveEngine, LiveJob
 from harness.live.protocol import ApiError, GenerationParams, load_body, parse_generation
@@ -79,6 +80,25 @@ async def api_errors(request: web.Request, handler) -> web.StreamResponse:
     return response
 
 
+class ProtocolErrorLog(logging.LoggerAdapter):
+    """aiohttp's server log for one app (AppRunner's `logger` option). A request its HTTP parser rejects
+    (e.g. an HTTP/1.0 POST without Content-Length: the standard gives such a request no body, so the body
+    that follows is bad data) is answered 400 by aiohttp itself, before any handler: here it gets its
+    record (refused, the parser's reason as its error) and one warning line instead of a traceback."""
+
+    def __init__(self, engine: LiveEngine) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.engine = engine
+
+    def exception(self, msg: object, *args: object, exc_info: object = True, **kwargs: object) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            reason = " ".join(str(exc_info.message).split())
+            self.engine.record_unsubmitted(exc_info.code or 400, f"malformed HTTP request: {reason}")
+            self.logger.warning("malformed HTTP request answered %s: %s", exc_info.code or 400, reason)
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
 def _count_response(request: web.Request, status: int) -> None:
     resource = request.match_info.route.resource
     endpoint = resource.canonical if resource is not None else "unmatched"
@@ -131,6 +151,9 @@ def make_app(engine: LiveEngine, options: ServeOptions) -> web.Application:
 async def _generate(request: web.Request, engine: LiveEngine, options: ServeOptions, api: str) -> web.StreamResponse:
     client_id = request.headers.get("X-Request-Id")
     try:
+        announced = request.content_length
+        if announced is not None and announced > options.max_body_bytes:  # refused now, not after the whole body
+            raise web.HTTPRequestEntityTooLarge(max_size=options.max_body_bytes, actual_size=announced)
         raw = await request.read()  # aiohttp raises 413 past client_max_size
         params = _parse(raw, api, options)
     except (ConnectionError, asyncio.CancelledError) as exc:  # hung up while its request was arriving

@@ -110,6 +110,16 @@ class ScheduledLoopClock(WallClock):
             if earliest < float("inf"):
                 self._arm(earliest)
 
+    def stop(self) -> None:
+        """Fire no more timers: the deployment was closed (its requests in flight recorded), and a
+        timer of theirs still pending (a decode step, a transfer) would end one of them a second time."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle, self._armed_for = None, float("inf")
+        for _, _, timer in self._heap:
+            timer.cancel()
+        self._heap.clear()
+
     def lag_wall_ms(self, q: float) -> float:
         """The q-th percentile of timer lag in wall milliseconds (NaN before any timer fired)."""
         if not self.lags_s:

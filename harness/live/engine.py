@@ -161,6 +161,8 @@ class LiveEngine:
 
     def _on_record(self, record: dict) -> None:
         rid = record["request_id"]
+        if self.closed and not self._closing:  # a request that ended at the stop has its record: one only
+            return
         live = self._live.pop(rid, None)
         if live is not None:
             if live.abandoned_s is not None:  # the client is gone: not a completion nor a server failure
@@ -266,3 +268,4 @@ class LiveEngine:
             self.deployment.close(reason)
         finally:
             self._closing = False
+            self.clock.stop()  # the requests cut off keep timers (decode steps, transfers): none may end them again

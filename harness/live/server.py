@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from harness.deploy.build import Built, build
 from harness.errors import InputError, require
-from harness.live.app import HANDLER_CANCELLATION, ServeOptions, make_app
+from harness.live.app import HANDLER_CANCELLATION, ProtocolErrorLog, ServeOptions, make_app
 from harness.live.clock import ScheduledLoopClock
 from harness.live.engine import LiveEngine
 from harness.live.tokens import TextTokenizer
@@ -83,7 +83,7 @@ async def start_server(cfg: DictConfig, *, host: str | None = None, port: int | 
     built = build(cfg, clock, mode="live")
     engine = LiveEngine(built.deployment, clock, loop, block_tokens=int(cfg.workload.get("block_tokens", 512)))
     runner = web.AppRunner(make_app(engine, options), access_log=None, shutdown_timeout=2.0,
-                           handler_cancellation=HANDLER_CANCELLATION)
+                           handler_cancellation=HANDLER_CANCELLATION, logger=ProtocolErrorLog(engine))
     await runner.setup()
     host = str(cfg.server.host if host is None else host)
     port = int(cfg.server.port if port is None else port)

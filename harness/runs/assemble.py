@@ -36,7 +36,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """`run(cfg)` into the directory `out` (a driver that runs several configurations in one job)."""
+    """`run(cfg)` into the directory `out` (a driver that runs several configurations in one job).
+
+    From here until the last file is written a signal never drops a finished row: the measurement stops
+    on it (its requests in flight recorded as interrupted; one that came while the run was being set up
+    stops it at its start), and outside the measurement it waits for the files (harness/runs/signals.py).
+    """
+    from harness.runs.signals import SignalHold
+
+    with SignalHold():
+        return _run_into(cfg, out)
+
+
+def _run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
     from harness.analysis.frames import write_parquet
     from harness.analysis.summary import write_run
     from harness.runs.recording import writing_to
@@ -72,7 +84,8 @@ def run_into(cfg: DictConfig, out: Path) -> dict[str, Any]:
         stream.discard_parts()
     if result.meta.get("interrupted"):
         print(f"interrupted at t={result.meta.get('stopped_at_s', float('nan')):.1f} s (run clock): "
-              f"{result.meta.get('offered')} requests sent, each recorded in {out / 'requests.parquet'}")
+              f"{result.meta.get('offered')} requests sent, each recorded in {out / 'requests.parquet'}",
+              flush=True)
     return summary
 
 
@@ -81,5 +94,7 @@ def serve(cfg: DictConfig) -> None:
     import asyncio
 
     from harness.runs.serve import serve as serve_async
+    from harness.runs.signals import SignalHold
 
-    asyncio.run(serve_async(cfg, run_dir(cfg)))
+    with SignalHold():  # a signal while the run directory is written waits for it (harness/runs/serve.py)
+        asyncio.run(serve_async(cfg, run_dir(cfg)))

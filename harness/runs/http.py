@@ -13,11 +13,8 @@ the run ends, so a killed run keeps the client's view of every finished request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from harness.loadgen.timescale import announced_mismatch
 from harness.runs.closed_loop import saturation_meta
 from harness.runs.offer import Offer, make_offer
 from harness.runs.recording import OutputError, RecordStream, streams_from
+from harness.runs.signals import stop_loop_on_signals
 from harness.runs.sim import RunResult
 from harness.workload.turns import predecessors
 
@@ -58,27 +56,6 @@ def run_url(cfg: DictConfig, run_dir: Path | None = None) -> RunResult:
     require(bool(cfg.target.url), "mode=url needs target.url=http://HOST:PORT (an OpenAI-compatible endpoint)")
     check_target(cfg.target)  # before the workload is built or anything is sent
     return asyncio.run(_run(cfg, live=False, run_dir=run_dir))
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[asyncio.Event]:
-    """SIGINT/SIGTERM set the returned event (the run stops and records what it sent) while inside."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous = signal.getsignal(sig)
-            loop.add_signal_handler(sig, stop.set)
-            installed.append((sig, previous))
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
-            pass
-    try:
-        yield stop
-    finally:
-        for sig, previous in installed:
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)  # the command's own handler again
 
 
 def _row_sink(streams: dict[str, RecordStream], stop: asyncio.Event):
@@ -126,11 +103,13 @@ async def _run(cfg: DictConfig, *, live: bool, run_dir: Path | None, mode: str |
     streams = streams_from(cfg, run_dir, "requests", "chunks", frames={"chunks": chunks_frame})
     block_tokens = int(cfg.workload.get("block_tokens", 512))
     try:
-        with _stop_on_signals() as stop:
+        with stop_loop_on_signals() as stop:
             load = await drive(offer.requests, url, cfg.target, cfg.loadgen, mode=mode or ("live" if live else "url"),
                                concurrency=offer.concurrency, time_scale=time_scale, start_ns=start_ns, model=model,
-                               label=label, block_tokens=block_tokens, stop=stop, on_row=_row_sink(streams, stop),
+                               label=label, block_tokens=block_tokens, stop=stop.event,
+                               on_row=_row_sink(streams, stop.event),
                                predecessors=predecessors(offer.requests, block_tokens) if offer.saturate else None)
+            stop.acted_on = load.result.interrupted
         for stream in streams.values():
             stream.close()
     except BaseException:

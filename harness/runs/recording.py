@@ -17,7 +17,7 @@ import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from harness.analysis.frames import requests_frame, write_parquet
 from harness.errors import InputError
+from harness.runs.signals import SignalHold, deliver, on_main_thread, outer_hold
 
 
 class OutputError(InputError):
@@ -37,6 +38,9 @@ class OutputError(InputError):
 def output_error(path: Path | str, err: OSError) -> OutputError:
     reason = err.strerror or str(err) or type(err).__name__
     return OutputError(f"cannot write {path}: {reason}")
+
+
+_no_hold = nullcontext()
 
 
 class RecordStream:
@@ -106,11 +110,11 @@ class RecordStream:
         parts_dir = self.parts_dir
         if parts_dir is None:
             return
-        with self._lock:
+        with self._lock, SignalHold() if on_main_thread() else _no_hold:
             if self.error is not None:
                 raise self.error
             with self._swap:
-                batch, self._buffer = self._buffer, []
+                batch = self._buffer[:]
             if not batch:
                 return
             part = parts_dir / f"part-{self._index:06d}.parquet"
@@ -119,8 +123,12 @@ class RecordStream:
             except OSError as err:
                 self.error = output_error(part, err)
                 raise self.error from err
+            # The rows leave the buffer only once their part is in place (and with the part's number, under
+            # the hold): interrupted before, the next flush writes them again, to the same part name.
             self._index += 1
             self.written += len(batch)
+            with self._swap:
+                del self._buffer[:len(batch)]
 
     def close(self) -> None:
         """Stop the writer and write what is left; raises OutputError if anything could not be written."""
@@ -325,6 +333,9 @@ def stop_on_signals(clock: Any | None = None) -> Iterator[None]:
     With a virtual `clock` (`fire_at`), SIGINT and SIGTERM raise it between two of the clock's events,
     from a timer due at once, not wherever the signal lands: raised inside an event, it could leave a
     request half moved between the emulator's queues, in none of them, and the run without its record.
+    Inside a `SignalHold` (harness/runs/signals.py), a signal the hold noted before the clock started
+    stops the run at its first event, and one that came too late for the clock (its last event had run)
+    goes back to the hold, which delivers it once the run's files are written.
     """
     pending: list[int] = []
 
@@ -350,8 +361,14 @@ def stop_on_signals(clock: Any | None = None) -> Iterator[None]:
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
+    hold = next((h for h in map(outer_hold, previous.values()) if h is not None), None)
+    early = hold.take_pending() if hold is not None else None
+    if early is not None:  # came while the run was being built: stop before its first request
+        interrupt(early, None)
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        if len(pending) == 1:  # noted, never raised (the clock ran out first): the handler before has it
+            deliver(previous.get(pending[0], signal.SIG_DFL), pending[0])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from omegaconf import DictConfig
 from harness.analysis.summary import write_run
 from harness.analysis.timeseries import build_timeseries
 from harness.runs.recording import OutputError, RecordStream, streams_from, writing_to
+from harness.runs.signals import stop_loop_on_signals
 
 
 async def serve(cfg: DictConfig, run_dir: Path, *, stop: asyncio.Event | None = None,
@@ -51,22 +51,17 @@ async def serve(cfg: DictConfig, run_dir: Path, *, stop: asyncio.Event | None = 
             stop.set()
 
     server.engine.record_sink = sink
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread: leave signals alone
-            pass
-    if on_listening is not None:
-        on_listening(server)
-    else:
-        print(f"listening on {server.url}", flush=True)
     try:
-        await stop.wait()
+        # Any signal while serving is the stop; one that comes while the run directory is written waits for
+        # it (the SignalHold around the command: harness/runs/assemble.py) and then stops the command.
+        with stop_loop_on_signals(stop) as stopping:
+            stopping.acted_on = True
+            if on_listening is not None:
+                on_listening(server)
+            else:
+                print(f"listening on {server.url}", flush=True)
+            await stop.wait()
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         try:
             await server.stop()
         finally:

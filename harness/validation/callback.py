@@ -39,7 +39,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.errors import EXIT_BAD_INPUT, InputError
+from harness.errors import EXIT_BAD_INPUT, InputError, path_error
 
 if TYPE_CHECKING:
     from harness.engine.server import EngineServer
@@ -117,6 +117,9 @@ class ValidateCallback(Callback):
         except InputError as err:  # Hydra turns a callback's exception into a warning: stop here instead
             self._abort(f"error: {err}", EXIT_BAD_INPUT)
         except Exception as err:
+            line = path_error(err) if isinstance(err, OSError) else None
+            if line is not None:  # the sweep directory cannot be written (read-only, full): bad input
+                self._abort(f"error: {line}", EXIT_BAD_INPUT)
             self._abort(f"error: validate_engine could not start: {type(err).__name__}: {err}", 1)
 
     def _abort(self, message: str, status: int) -> None:

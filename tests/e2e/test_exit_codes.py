@@ -122,6 +122,25 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, overrides, expected):
     assert line.startswith("error: ") and all(text in line for text in expected), line
 
 
+@pytest.mark.parametrize(("where", "text", "expected"), [
+    ("experiment/broken.yaml", "# @package _global_\na: [1, 2\n",
+     ["experiment/broken.yaml, line 3, column 1", "expected ',' or ']'", "flow sequence at line 2, column 4"]),
+    ("experiment/broken.yaml", "# @package _global_\nworkload:\n\tnum_requests: 3\n",
+     ["experiment/broken.yaml, line 3, column 1", "'\\t' that cannot start any token"]),
+    ("workload/broken.yaml", "name: x\nnum_requests: : 3\n", ["workload/broken.yaml, line 2, column 15"]),
+])
+def test_bad_yaml_in_a_config_file_is_one_line_with_file_and_line(tmp_path, where, text, expected):
+    """Before: exit 1, "harness crashed (a bug, not bad input): ParserError ..." and a saved traceback."""
+    path = tmp_path / "conf" / where
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    choice = "experiment=broken" if where.startswith("experiment") else "workload=broken"
+    proc = _run("harness", "--config-dir", str(tmp_path / "conf"), *SMALL, choice, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = _one_line(proc)
+    assert line.startswith("error: bad YAML in ") and all(t in line for t in expected), line
+
+
 def test_a_range_used_only_when_the_run_is_written_is_checked_before_it_runs(tmp_path):
     proc = _run("harness", *SMALL, "analysis.percentiles=[50,150]", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -225,6 +244,20 @@ def test_read_only_and_full_filesystems_are_exit_2(tmp_path):
             subprocess.run(["umount", str(full)], check=False)
     finally:
         subprocess.run(["umount", str(ro)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounts a tmpfs (needs root)")
+def test_a_read_only_sweep_directory_is_one_line(tmp_path):
+    """Before: Hydra's 2-line warning (the plan callback's OSError) came before the error line."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        sweep = _run("harness", "-m", *SMALL, f"hydra.sweep.dir={ro / 'sweep'}")
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+    assert sweep.returncode == 2 and "Read-only file system" in _one_line(sweep)
 
 
 # -- crashes: 1, with the traceback on disk ---------------------------------------------------------------

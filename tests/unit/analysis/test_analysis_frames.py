@@ -117,3 +117,18 @@ def test_a_run_killed_before_its_first_batch_is_left_out_of_the_report_with_a_no
     report = collect([tmp_path])
     assert report["run_name"].tolist() == ["0_a"] and report["incomplete"].astype(bool).all()
     assert "1_b: killed before it recorded a request; not in the report" in capsys.readouterr().err
+
+
+def test_a_run_with_one_corrupt_part_is_read_without_it_and_the_part_named(tmp_path, capsys):
+    """Before: the whole run was refused (harness-report exit 2) for one unreadable part."""
+    from harness.analysis.runs import collect
+
+    path = tmp_path / "0_a" / "requests.parquet"
+    for batch in range(3):
+        frames.append_records(path, [record(batch * 10 + i) for i in range(4)])
+    bad = sorted((tmp_path / "0_a" / "requests.parquet.parts").iterdir())[1]
+    bad.write_bytes(bad.read_bytes()[:100])  # cut short
+    report = collect([tmp_path])
+    assert report["run_name"].tolist() == ["0_a"] and int(report["n_requests"].iloc[0]) == 8
+    err = capsys.readouterr().err
+    assert f"warning: {bad}: not a readable Parquet file" in err and "2 of 3 parts" in err

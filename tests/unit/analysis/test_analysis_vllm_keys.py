@@ -166,6 +166,25 @@ def test_peak_counts_need_no_array_as_long_as_the_span():
     assert most < 10 * 2**20, most
 
 
+def test_requests_1e300_s_apart_are_never_concurrent_and_warn_nothing():
+    """`loadgen.rate_rps=1e-300`: before, the bins were cast to int64 (invalid past 2**63: numpy warnings)
+    and all fell in one bin: max_concurrent_requests=99 of 100; the std of such latencies overflowed."""
+    import warnings
+
+    from harness.analysis import vllm_metrics as vm
+
+    arrival = np.arange(100) * 1e300
+    req = pd.DataFrame({"request_id": range(100), "arrival_s": arrival, "finish_s": arrival + 2.0,
+                        "output_tokens": 4, "n_chunks": 1, "error": None})
+    chunks = pd.DataFrame({"request_id": range(100), "t_s": arrival + 2.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert vm.max_concurrent_requests(req) == 1
+        assert vm.peak_output_tokens_per_s(chunks, req) == (4.0, 1)
+        stats = vm.vllm_stats(np.array([1e300, 3e300]), "ttft", (99.0,))
+    assert stats["std_ttft_ms"] == pytest.approx(1e303)
+
+
 def sim_run() -> pd.DataFrame:
     """A sim-like run (no chunk stamps). Request 0: first token at 0.5 s, 4 more spread over (0.5, 2.5] (2/s);
     request 1: 3 tokens at once at 1.0 s; request 2 failed; request 3 alone, 1e9 s later (a span no bin
