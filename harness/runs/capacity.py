@@ -107,10 +107,27 @@ def with_rate(cfg: Any, rate: float | None) -> Any:
     return out
 
 
-def _judge_run(cfg: Any, settings: SearchSettings) -> Verdict:
+class Interrupted(Exception):
+    """A signal stopped one of the search's runs: the search ends there, with that run's result."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("interrupted")
+        self.result = result
+        self.search: Search | None = None  # what the search had found (set on the way out)
+
+
+def _sim(cfg: Any) -> Any:
+    """One in-memory sim run; a signal that stops it stops the search (`Interrupted`)."""
     from harness.runs.sim import run_sim
 
-    frame = run_sim(cfg).requests
+    result = run_sim(cfg)
+    if result.meta.get("interrupted"):
+        raise Interrupted(result)
+    return result
+
+
+def _judge_run(cfg: Any, settings: SearchSettings) -> Verdict:
+    frame = _sim(cfg).requests
     arrival = frame["arrival_s"].to_numpy(dtype=float)
     finish = frame["finish_s"].to_numpy(dtype=float, na_value=np.nan)
     error = frame["error"] if "error" in frame.columns else pd.Series([None] * len(frame))
@@ -122,9 +139,8 @@ def _judge_run(cfg: Any, settings: SearchSettings) -> Verdict:
 def closed_loop_estimate(cfg: Any) -> float:
     """The closed loop's steady throughput at the automatic (or given) in-flight count."""
     from harness.analysis.metrics import steady_throughput_rps
-    from harness.runs.sim import run_sim
 
-    result = run_sim(with_rate(cfg, math.inf))
+    result = _sim(with_rate(cfg, math.inf))
     return float(steady_throughput_rps(result.requests, float(cfg.analysis.warmup_fraction), closed_loop=True))
 
 
@@ -133,9 +149,20 @@ def search(cfg: Any, settings: SearchSettings | None = None, start_rps: float | 
     """Bracket then bisect the highest stable open-loop rate (see the module docstring)."""
     settings = settings or SearchSettings.from_cfg(cfg)
     cfg = sized(cfg, settings.min_requests)
-    estimate = closed_loop_estimate(cfg)
+    try:
+        estimate = closed_loop_estimate(cfg)
+    except Interrupted as stop:
+        stop.search = Search(closed_loop_rps=math.nan)
+        raise
     out = Search(closed_loop_rps=estimate)
-    start = start_rps if start_rps is not None else estimate
+    try:
+        return _bracket_and_bisect(cfg, settings, out, start_rps if start_rps is not None else estimate, say)
+    except Interrupted as stop:
+        stop.search = out
+        raise
+
+
+def _bracket_and_bisect(cfg: Any, settings: SearchSettings, out: Search, start: float, say) -> Search:
     if not (math.isfinite(start) and start > 0):
         raise InputError("loadgen.rate_rps=max: the closed-loop estimate that starts the search has no steady "
                          "window (too few requests); raise workload.num_requests")
@@ -187,23 +214,37 @@ def summary_meta(found: Search, settings: SearchSettings) -> dict[str, Any]:
 
 def run_search(cfg: Any, out: Path):
     """`loadgen.rate_rps=max`: the search, then the open-loop run at the capacity written into `out`."""
-    from harness.analysis.frames import write_parquet
     from harness.runs.sim import run_sim
 
     if cfg.mode != "sim":
         raise InputError(f"loadgen.rate_rps=max (a capacity search) runs in sim mode only, not mode={cfg.mode}: "
                          f"each probe is a whole run; for a {cfg.mode} target sweep loadgen.rate_rps instead")
     settings = SearchSettings.from_cfg(cfg)
-    found = search(cfg, settings)
+    try:
+        found = search(cfg, settings)
+    except Interrupted as stop:  # the stopped run's records and the probes so far are the run's files
+        found = stop.search or Search(closed_loop_rps=math.nan)
+        meta = summary_meta(found, settings) | {
+            "rps": math.nan, "converged": False,
+            "warning": f"interrupted after {len(found.probes)} probe(s): the files are the stopped run's, no capacity"}
+        stop.result.meta["capacity"] = meta
+        _write_probes(found, out)
+        return stop.result
     meta = summary_meta(found, settings)
     rate = found.lo_rps if math.isfinite(found.lo_rps) else (found.probes[-1].rate_rps if found.probes else math.nan)
     final = copy.deepcopy(sized(cfg, settings.min_requests))  # the probe's requests, at the capacity
     final.loadgen.rate_rps = rate
     result = run_sim(final, out)
     result.meta["capacity"] = meta
-    frame = found.frame()
-    if len(frame):
-        write_parquet(frame, out / "capacity_search.parquet")
+    _write_probes(found, out)
     if meta["warning"]:
         print(f"warning: {meta['warning']}")
     return result
+
+
+def _write_probes(found: Search, out: Path) -> None:
+    from harness.analysis.frames import write_parquet
+
+    frame = found.frame()
+    if len(frame):
+        write_parquet(frame, out / "capacity_search.parquet")

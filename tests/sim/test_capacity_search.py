@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,29 @@ def test_a_max_run_writes_its_probes_and_summary_and_the_report_reads_it(tmp_pat
                             "capacity_rps": summary["capacity_rps"]}])
     assert capacity_rps(report, "d") == summary["capacity_rps"]
     assert capacity_rps(report.drop(columns="capacity_rps"), "d") == 10.0
+
+
+def test_a_signal_during_the_search_ends_it_with_the_stopped_run_and_the_probes_so_far(tmp_path, monkeypatch):
+    """A run the signal stopped (meta `interrupted`) ends the search: its records are the run's files, the
+    probes so far are recorded, and the capacity is NaN with a warning saying why."""
+    import pandas as pd
+
+    from harness.runs import capacity
+    from harness.runs.sim import run_sim
+
+    calls = []
+
+    def stopped_on_third(cfg):
+        result = run_sim(cfg)
+        calls.append(cfg.loadgen.rate_rps)
+        if len(calls) == 3:  # the closed loop, one probe, then the signal
+            result.meta["interrupted"] = True
+        return result
+
+    monkeypatch.setattr("harness.runs.sim.run_sim", stopped_on_third)
+    cfg = _cfg(*MD1, "loadgen.rate_rps=max", "loadgen.capacity_search.min_requests=2000", "loadgen.progress=false")
+    result = capacity.run_search(cfg, tmp_path)
+    assert result.meta["interrupted"] and len(calls) == 3
+    meta = result.meta["capacity"]
+    assert meta["runs"] == 1 and math.isnan(meta["rps"]) and meta["warning"].startswith("interrupted after 1 probe")
+    assert len(pd.read_parquet(tmp_path / "capacity_search.parquet")) == 1
