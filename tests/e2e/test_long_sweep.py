@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+import commands  # tests/commands.py
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def _sweep(tmp_path: Path, *more: str):
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "long_sweep.yaml").write_text(EXPERIMENT)
-    return cli_zygote.run(["-m", "harness", "--config-dir", str(tmp_path / "conf"), *SWEEP,
+    return commands.run(["-m", "harness", "--config-dir", str(tmp_path / "conf"), *SWEEP,
                            f"hydra.sweep.dir={tmp_path / 'sweep'}", *more], cwd=ROOT, timeout=300)
 
 
@@ -50,7 +50,7 @@ def test_a_30_override_sweep_runs_and_reports(tmp_path):
     assert all((job / "summary.json").is_file() and (job / ".hydra" / "overrides.yaml").is_file() for job in jobs)
     report = pd.read_parquet(sweep / "report.parquet")
     assert sorted(report["workload.num_requests"]) == [2, 3] and "planner.tie_rel_tol" in report.columns
-    again = cli_zygote.run(["-m", "harness.report", str(sweep), "--no-figures"], cwd=ROOT, timeout=300)
+    again = commands.run(["-m", "harness.report", str(sweep), "--no-figures"], cwd=ROOT, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
 
 

@@ -96,14 +96,14 @@ def test_validate_engine_suite_runs_on_vllm(vllm_server, tmp_path):
     /metrics, its probes unpinned, its emulator the shared-pass model; one row per load and metric."""
     import json
 
-    import cli_zygote  # tools/cli_zygote.py, loaded by tests/conftest.py
+    import commands  # tests/commands.py
     import pandas as pd
 
     from .test_validate_engine import suite_args
 
     sweep = tmp_path / "sweep"
-    done = cli_zygote.run([*suite_args(vllm_server.url, sweep), "engine=vllm"], cwd=Path(__file__).parents[2],
-                          timeout=900)
+    done = commands.run([*suite_args(vllm_server.url, sweep), "engine=vllm"], cwd=Path(__file__).parents[2],
+                        timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     frame = pd.read_parquet(sweep / "validation.parquet")
     assert frame["load_rps"].nunique() == 2 and (frame["measured"] > 0).all() and (frame["predicted"] > 0).all()

@@ -125,7 +125,7 @@ def test_a_run_with_one_corrupt_part_is_read_without_it_and_the_part_named(tmp_p
 
     path = tmp_path / "0_a" / "requests.parquet"
     for batch in range(3):
-        frames.append_records(path, [record(batch * 10 + i) for i in range(4)])
+        _write_part(path, batch, [record(batch * 10 + i) for i in range(4)])
     bad = sorted((tmp_path / "0_a" / "requests.parquet.parts").iterdir())[1]
     bad.write_bytes(bad.read_bytes()[:100])  # cut short
     report = collect([tmp_path])
