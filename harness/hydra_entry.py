@@ -232,7 +232,13 @@ def hydra_entry(config_name: str = "config") -> Callable[[Callable[[Any], Any]],
                 hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name=config_name)(body)
                 os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing; we print one line
                 sys.stderr = stderr
-                hydra_main()
+                if task.__module__ in RUN_COMMANDS and not getattr(args, "multirun", False):
+                    from harness.runs.signals import SignalHold
+
+                    with SignalHold():  # a signal in Hydra's job set-up stops the run at its start, files written
+                        hydra_main()
+                else:
+                    hydra_main()
             except SystemExit as exc:
                 if exc.code == EXIT_INTERRUPTED:
                     forget_interrupt()
@@ -279,6 +285,12 @@ def _exiting() -> None:
             signal.signal(sig, signal.SIG_IGN)
         except (ValueError, OSError):  # not the main thread
             pass
+
+
+# The commands whose job is one run (requests.parquet, summary.json, ...): from their first line a signal is
+# held, so one that comes while Hydra sets up the job (its directory made, the run not begun) still ends in a
+# run stopped at its start with its summary (harness/runs/signals.py).
+RUN_COMMANDS = ("harness.cli", "harness.load")
 
 
 def _output_dir() -> str | None:

@@ -67,6 +67,9 @@ class SignalHold:
                 continue
             self._previous[sig] = old
             signal.signal(sig, self._note)
+            outer = outer_hold(old)  # a signal an enclosing hold noted is this one's to act on now
+            if outer is not None and outer.pending is not None and self.pending is None:
+                self.pending = outer.take_pending()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
