@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.metrics import METRICS, capacity_rps
-from harness.analysis.runs import SELECTORS, deployment_runs, deployments, read_yaml, select_runs
+from harness.analysis.metrics import METRICS
+from harness.analysis.runs import SELECTORS, capacity_rps, deployment_runs, deployments, read_yaml, select_runs
 from harness.errors import InputError, choices
 
 # Metrics computed per deployment from its whole sweep (not read off one run).

@@ -388,15 +388,3 @@ def stage_util_means(ts: pd.DataFrame, start_s: float = -np.inf, end_s: float = 
     win = _in_window(ts, start_s, end_s, one_bin)
     cols = [c for c in (ts.columns if ts is not None else []) if c.startswith("util_")]
     return {f"{prefix}{c}_mean": mean(_values(win, c)) for c in cols}
-
-
-def capacity_rps(report: pd.DataFrame, deployment: str) -> float:
-    """Capacity of one deployment: the searched capacity where a run has one (`loadgen.rate_rps=max`: the
-    highest stable open-loop rate, harness/runs/capacity.py), else its highest steady throughput over the runs
-    of a load sweep."""
-    rows = report[report["deployment"] == deployment]
-    searched = _finite(_values(rows, "capacity_rps"))
-    if searched.size:
-        return float(searched.max())
-    v = _finite(_values(rows, "steady_throughput_rps"))
-    return float(v.max()) if v.size else float("nan")

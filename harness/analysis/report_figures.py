@@ -18,8 +18,8 @@ import pandas as pd
 
 from harness.analysis import runs as r
 from harness.analysis.frames import read_table
-from harness.analysis.metrics import capacity_rps
 from harness.analysis.report_tables import first_value, has_load_axis, numeric_params, sweep_params, sweep_table
+from harness.analysis.runs import capacity_rps
 
 # conf/ ships inside an installed package (harness/conf), else it is the source tree's (see harness.resources).
 PAPER_FILE = next((p for p in (Path(__file__).resolve().parents[n] / "conf" / "gates" / "paper_table6.yaml"

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import runs as r
-from harness.analysis.metrics import capacity_rps
+from harness.analysis.runs import capacity_rps
 
 BASELINE = "homogeneous_pd"
 LOAD_PARAM = "loadgen.rate_rps"

@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from harness.analysis.frames import read_table
+from harness.analysis.metrics import _finite, _values
 from harness.errors import InputError, choices
 
 SUMMARY_FILE = "summary.parquet"
@@ -288,3 +289,15 @@ def find_files(roots: Sequence[str | os.PathLike[str]], name: str) -> list[Path]
     for root in map(Path, roots):
         out += [root] if root.is_file() and root.name == name else sorted(root.rglob(name)) if root.is_dir() else []
     return out
+
+
+def capacity_rps(report: pd.DataFrame, deployment: str) -> float:
+    """Capacity of one deployment: the searched capacity where a run has one (`loadgen.rate_rps=max`: the
+    highest stable open-loop rate, harness/runs/capacity.py), else its highest steady throughput over the runs
+    of a load sweep."""
+    rows = report[report["deployment"] == deployment]
+    searched = _finite(_values(rows, "capacity_rps"))
+    if searched.size:
+        return float(searched.max())
+    v = _finite(_values(rows, "steady_throughput_rps"))
+    return float(v.max()) if v.size else float("nan")

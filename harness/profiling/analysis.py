@@ -125,7 +125,7 @@ def profile_documents(cfg: DictConfig, rows: pd.DataFrame, info: dict[str, Any],
     else:
         arch = architecture(arch)
         arch_source = "given as profile.architecture"
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")  # the day: provenance, not a lab-notebook record
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
     engine = f"{info.get('server_header') or 'unknown server'} at {info['url']}, build {info.get('build_info')}"
     pre, dec = result["prefill"], result["decode"]

@@ -44,16 +44,9 @@ from harness.costmodel.curves import PiecewiseLinear, Polynomial
 from harness.deploy.aggregated_instance import padded_tokens
 from harness.deploy.slot_layout import decode_cost
 from harness.errors import InputError
+from harness.validation.decode_fit import fit_decode, fit_decode_per_batch
 
 PREFILL_KINDS = ("table", "polynomial")
-
-
-def _medians(rows: list[dict]) -> list[dict]:
-    """One row per (batch, prompt) probe: the median over repeats (a busy machine has outliers)."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["batch"], r["prompt_tokens"]), []).append(r)
-    return [{**g[0], "step_s": float(np.median([r["step_s"] for r in g]))} for g in groups.values()]
 
 
 WARMUP_HELD_TOKENS = 64 + 4 - 1  # probes.py's warm-up request (64-token prompt, 4 tokens out) leaves this on its slot
@@ -162,45 +155,6 @@ def prefill_curve(block: dict) -> Callable[[float], float]:
     return Polynomial(block["coefficients"], "calibration prefill")
 
 
-def _fit_decode(rows: list[dict]) -> tuple[list[float], float]:
-    rows = _medians(rows)
-    b = np.array([r["batch"] for r in rows], float)
-    c = np.array([r["context_tokens"] for r in rows], float)
-    y = np.array([r["step_s"] for r in rows], float)
-    a = np.vstack([np.ones_like(b), b, c]).T
-    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    if coef[2] < 0:  # context does not slow the step measurably: drop the term
-        coef2, *_ = np.linalg.lstsq(a[:, :2], y, rcond=None)
-        coef = np.array([coef2[0], coef2[1], 0.0])
-    coef = np.maximum(coef, 0.0)
-    rel = (a @ coef) / y - 1.0
-    return coef.tolist(), float(np.sqrt(np.mean(rel**2)))
-
-
-def _fit_decode_per_batch(rows: list[dict]) -> tuple[list[float], float, float]:
-    """(step at zero context per batch 1..max, per-token-of-context slope, relative RMS residual)."""
-    rows = _medians(rows)
-    batches = sorted({int(r["batch"]) for r in rows})
-    nb = max(batches)
-    a = np.zeros((len(rows), nb + 1))
-    for i, r in enumerate(rows):
-        a[i, int(r["batch"]) - 1] = 1.0
-        a[i, nb] = r["context_tokens"]
-    y = np.array([r["step_s"] for r in rows], float)
-    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    if coef[nb] < 0:
-        coef[:nb], *_ = np.linalg.lstsq(a[:, :nb], y, rcond=None)
-        coef[nb] = 0.0
-    coef = np.maximum(coef, 0.0)
-    steps = coef[:nb].tolist()
-    for b in range(1, nb + 1):  # a batch size never probed: interpolate its neighbours
-        if b not in batches:
-            lo, hi = max(x for x in batches if x < b), min(x for x in batches if x > b)
-            steps[b - 1] = steps[lo - 1] + (steps[hi - 1] - steps[lo - 1]) * (b - lo) / (hi - lo)
-    rel = (a @ coef) / y - 1.0
-    return steps, float(coef[nb]), float(np.sqrt(np.mean(rel**2)))
-
-
 def fit_prefix_attention(rounds: list[dict[str, list]], t: Callable[[float], float]) -> tuple[float, float]:
     """(gamma, relative RMS residual): TTFT of n new tokens on a cached prefix of c, as
     T(n) + gamma * [T(c + n) - T(c) + T(0) - T(n)] with the fitted curve T; gamma in [0, 1]
@@ -303,7 +257,7 @@ def mixed_parts(block: dict, decoders: int, prompts: int, tokens: int, *, separa
     return (step + prompts * t0 if separate else max(t0, step)), work
 
 
-def _mixed_medians(rounds: list[dict[str, list]], clock: str = "server",
+def _mixedmedians(rounds: list[dict[str, list]], clock: str = "server",
                    save_token_s: float = 0.0) -> dict[tuple[int, int, int], float]:
     """The median prompt time per (decoders, prompts, length) of the mixed probes (rows without
     `prompts`: 1): the engine's own prompt time + the client overhead (clock server, `_time`)."""
@@ -322,7 +276,7 @@ def fit_mixed(rounds: list[dict[str, list]], block: dict, *, separate: bool = Fa
     (k > 0), as fixed + factor * work (`mixed_parts`, the aggregated instance's step with
     `mixed_prompt_factor`), relative least squares over the medians, factor >= 1 (1: prompt work beside
     decodes costs what it costs alone)."""
-    med = {k: v for k, v in _mixed_medians(rounds, clock, save_token_s).items() if k[0] > 0}
+    med = {k: v for k, v in _mixedmedians(rounds, clock, save_token_s).items() if k[0] > 0}
     if not med:
         return 1.0, math.nan
     parts = np.array([mixed_parts(block, k, m, n, separate=separate, layout=layout) for k, m, n in med])
@@ -348,7 +302,7 @@ def checks(rounds: list[dict[str, list]], block: dict, *, separate: bool = False
         p = tiled(t, n, *tile)
         held.append({"input_tokens": n, "measured_s": m, "predicted_s": p, "rel_error": p / m - 1.0})
     mixed = []
-    for (k, m, n), y in _mixed_medians(rounds, clock, save_token_s).items():
+    for (k, m, n), y in _mixedmedians(rounds, clock, save_token_s).items():
         model = sum(mixed_parts(block, k, m, n, separate=separate, layout=layout))
         other = sum(mixed_parts(block, k, m, n, separate=not separate))
         mixed.append({"decoders": k, "prompts": m, "input_tokens": n, "measured_s": y, "predicted_s": model,
@@ -404,10 +358,10 @@ def fit(rounds: list[dict[str, list]], *, hardware: str, slots: int, source: str
     how = (f"fitted {stamp} to the engine's generation time per token of N={batches} concurrent streams at "
            f"{prompts}-token prompts ({source})")
     if decode_kind == "per_batch":
-        steps, per_tok, dec_rms = _fit_decode_per_batch(dec)
+        steps, per_tok, dec_rms = fit_decode_per_batch(dec)
         decode = {"kind": "per_batch", "batch_step_s": steps, "per_token_s": per_tok}
     else:
-        (base, per_seq, per_tok), dec_rms = _fit_decode(dec)
+        (base, per_seq, per_tok), dec_rms = fit_decode(dec)
         decode = {"kind": "linear", "base_s": base, "per_seq_s": per_seq, "per_token_s": per_tok}
     decode.update({"bs_max": slots, "provenance": f"[M] {how}; relative RMS residual {dec_rms:.3f}; "
                                                   f"bs_max = the engine's slots"})

@@ -20,8 +20,8 @@ The suite's jobs are the emulator's runs (sim mode, `deployment=aggregated`), on
    `validation.json` (the profiles, their calibration provenance, capacity, run directories) and
    `ttft_cdf.png`.
 
-The jobs read the calibrated profile and their rate through two resolvers registered here
-(`${validate_profiles:}`, `${validate_rate:<fraction>}`), set in step 2 and 3.
+The jobs read the calibrated profile and their rate through resolvers (harness/validation/resolvers.py:
+`${validate_profiles:}`, `${validate_rate:<fraction>}`, ...), set in step 2 and 3.
 """
 
 from __future__ import annotations
@@ -40,58 +40,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.errors import EXIT_BAD_INPUT, InputError, path_error
+from harness.validation.resolvers import STATE as _STATE  # registers the suite's resolvers too
+from harness.validation.resolvers import load_rate
 
 if TYPE_CHECKING:
     from harness.engine.server import EngineServer
 
-_STATE: dict[str, Any] = {}
 REPEAT_ID_SHIFT = 5_000_000  # experiment.repeat_engine: the repeat's hash ids (loads are 10^9 apart)
-
-
-def _rate(fraction: Any) -> float:
-    if "capacity_rps" not in _STATE:
-        raise InputError("experiment=validate_engine is a suite: run it with -m (python -m harness -m "
-                         "experiment=validate_engine); its rates are fractions of a capacity measured first")
-    return float(float(fraction) * _STATE["capacity_rps"])
-
-
-def _profiles() -> dict:
-    if "profiles" not in _STATE:
-        raise InputError("experiment=validate_engine: no calibrated profile yet (run the suite with -m)")
-    return copy.deepcopy(_STATE["profiles"])
-
-
-def _prefix_attention() -> float:
-    return float(_STATE.get("prefix_attention", 1.0))
-
-
-def _wake() -> float:
-    return float(_STATE.get("wake_s", 0.0))
-
-
-def _mixed() -> float:
-    return float(_STATE.get("mixed_prompt_factor", 1.0))
-
-
-def _cache_save() -> float:
-    return float(_STATE.get("cache_save_token_s", 0.0))
-
-
-def _tile_fill() -> float:
-    return float(_STATE.get("tile_fill", 0.0))
-
-
-def _offset(fraction: Any) -> int:
-    """Hash ids of each load's prompts start here: loads share no prompt on the same engine."""
-    return round(float(fraction) * 1000) * 10_000_000
-
-
-for _name, _fn in (("validate_rate", _rate), ("validate_profiles", _profiles), ("validate_offset", _offset),
-                   ("validate_prefix_attention", _prefix_attention), ("validate_wake", _wake),
-                   ("validate_mixed", _mixed), ("validate_cache_save", _cache_save),
-                   ("validate_tile_fill", _tile_fill)):
-    if not OmegaConf.has_resolver(_name):
-        OmegaConf.register_new_resolver(_name, _fn)
 
 
 def _task_cfg(config: DictConfig) -> DictConfig:
@@ -359,7 +314,7 @@ class ValidateCallback(Callback):
             cfg.loadgen.progress = False
             cfg.analysis.figures = False
         out = self._engine_pass(config, cfg, f"load{index}", f"run at {fraction:g} of capacity")
-        run = {"load_fraction": fraction, "load_rps": _rate(fraction), "engine_dir": str(out),
+        run = {"load_fraction": fraction, "load_rps": load_rate(fraction), "engine_dir": str(out),
                "sim_dir": str(config.hydra.runtime.output_dir), "profile": "start"}
         if bool(config.experiment.get("repeat_engine", False)):
             # The same workload again (same seed, rate, lengths, sharing), its hash ids moved so the

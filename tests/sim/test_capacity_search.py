@@ -79,7 +79,7 @@ def test_a_max_run_writes_its_probes_and_summary_and_the_report_reads_it(tmp_pat
 
     import pandas as pd
 
-    from harness.analysis.metrics import capacity_rps
+    from harness.analysis.runs import capacity_rps
     from harness.runs.assemble import run_into
 
     cfg = _cfg(*MD1, "loadgen.rate_rps=max", "loadgen.capacity_search.min_requests=2000",

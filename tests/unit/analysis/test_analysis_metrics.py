@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis import metrics as m
+from harness.analysis import runs
 
 
 def frame(**cols) -> pd.DataFrame:
@@ -151,8 +152,8 @@ def test_lateness_statistics():
 
 def test_capacity_is_the_max_steady_throughput_of_a_deployment():
     report = pd.DataFrame({"deployment": ["a", "a", "a", "b"], "steady_throughput_rps": [1.0, 2.1, 2.0, 5.0]})
-    assert m.capacity_rps(report, "a") == 2.1
-    assert math.isnan(m.capacity_rps(report, "missing"))
+    assert runs.capacity_rps(report, "a") == 2.1
+    assert math.isnan(runs.capacity_rps(report, "missing"))
 
 
 def test_metrics_of_an_empty_frame_are_nan_without_warnings():

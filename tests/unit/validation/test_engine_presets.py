@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf, open_dict
 
-import harness.validation.callback as validate
+import harness.validation.resolvers as resolvers
 from harness.runs.sim import run_sim
 from harness.validation.coverage import check_engine
 
@@ -38,7 +38,7 @@ def test_each_preset_runs_the_emulator(compose_cfg, engine, monkeypatch):
     """The validation workload through the emulator built from the preset (a measured profile standing in
     for the calibration's), every request served."""
     profiles = yaml.safe_load((CONF / "model" / "random_llama_35m.yaml").read_text())["profiles"]
-    monkeypatch.setattr(validate, "_STATE", {"capacity_rps": 2.0, "profiles": profiles})
+    monkeypatch.setattr(resolvers, "STATE", {"capacity_rps": 2.0, "profiles": profiles})
     cfg = OmegaConf.create(OmegaConf.to_container(compose_cfg(["experiment=validate_engine", f"engine={engine}",
                                                                "workload.num_requests=20"])))
     with open_dict(cfg):
